@@ -1,0 +1,98 @@
+"""Entry points: ``netweir-serve``, ``python -m netweir_serve``, the twistd
+plugin and the .tac file. This is the only module that touches the global
+reactor; everything below gets it as a parameter."""
+
+import os
+import shlex
+import sys
+
+from twisted.application import service
+from twisted.internet.error import CannotListenError
+from twisted.logger import (
+    FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner,
+    textFileLogObserver)
+from twisted.python import usage
+
+from . import __version__
+from .dirlock import DirectoryBusy
+from .options import ServeOptions
+from .service import makeService
+
+PROG = "netweir-serve"
+
+# The .tac file reads its options from here, as a command line would give them.
+TAC_OPTIONS_VARIABLE = "NETWEIR_SERVE_OPTIONS"
+
+
+def parse(argv, environ=None):
+    """ServeOptions for ``argv``; on a usage error, prints one line and
+    exits with status 2 before anything is written."""
+    options = ServeOptions(environ)
+    try:
+        options.parseOptions(argv)
+    except usage.UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        sys.stderr.write(f"{PROG}: try '{PROG} --help'\n")
+        raise SystemExit(2) from None
+    return options
+
+
+def build(options, reactor):
+    """The service for parsed ``options``; exits with status 1 when the
+    directory belongs to another running service."""
+    try:
+        return makeService(options.config(), reactor)
+    except DirectoryBusy as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        raise SystemExit(1) from None
+
+
+def _start_logging():
+    observer = FilteringLogObserver(
+        textFileLogObserver(sys.stderr, timeFormat="%Y-%m-%d %H:%M:%S%z"),
+        [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
+def main(argv=None):
+    """``netweir-serve [options]``: runs until stopped; exit status 0 after
+    a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options."""
+    options = parse(sys.argv[1:] if argv is None else argv)
+    from twisted.internet import reactor
+
+    serve = build(options, reactor)
+    _start_logging()
+    try:
+        serve.privilegedStartService()
+    except CannotListenError as e:
+        sys.stderr.write(f"{PROG}: error: cannot listen on {options['bind']}:{options['port']}:"
+                         f" {e.socketError}\n")
+        raise SystemExit(1) from None
+    reactor.callWhenRunning(serve.startService)
+    reactor.callWhenRunning(serve.install_signal_handlers)
+    reactor.addSystemEventTrigger("before", "shutdown", serve.stopService)
+    reactor.run()
+    return 0
+
+
+def twistd_service(options):
+    """The service ``twistd netweir-serve`` runs, from its parsed options."""
+    from twisted.internet import reactor
+
+    serve = build(options, reactor)
+    reactor.callWhenRunning(serve.install_signal_handlers)
+    return serve
+
+
+def tac_application(environ=None):
+    """The twistd ``application`` of netweir-serve.tac: options from
+    $NETWEIR_SERVE_OPTIONS, else the documented defaults."""
+    environ = os.environ if environ is None else environ
+    options = parse(shlex.split(environ.get(TAC_OPTIONS_VARIABLE, "")), environ)
+    application = service.Application(PROG)
+    twistd_service(options).setServiceParent(application)
+    return application
+
+
+def version():
+    return f"{PROG} {__version__}"

@@ -1,0 +1,45 @@
+"""The one rule for project, spider and job names, and fresh job ids."""
+
+import re
+import secrets
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+# Long enough for any real name, short enough that a name is never a way to
+# make a path or a log line unreasonably long.
+MAX_NAME_LENGTH = 200
+
+
+def is_name(text):
+    """Whether ``text`` is letters, digits, ``.``, ``_`` and ``-``, starting
+    with a letter or digit."""
+    return (
+        isinstance(text, str)
+        and len(text) <= MAX_NAME_LENGTH
+        and _NAME.match(text) is not None
+    )
+
+
+def name_problem(what, text):
+    """A sentence saying why ``text`` is not a valid ``what`` name, or None."""
+    if is_name(text):
+        return None
+    if not text:
+        return f"{what} is empty"
+    if len(text) > MAX_NAME_LENGTH:
+        return f"{what} is longer than {MAX_NAME_LENGTH} characters"
+    return (
+        f"{what} {text!r} is not a name: use letters, digits, '.', '_' and '-',"
+        " starting with a letter or digit"
+    )
+
+
+def fold(name):
+    """The form of a project name or job id used to compare it: names ignore
+    case, as the same file would on macOS or Windows."""
+    return name.lower()
+
+
+def new_job_id():
+    """A random 32-hex-digit job id, as scrapyd makes them."""
+    return secrets.token_hex(16)

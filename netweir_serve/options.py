@@ -1,0 +1,168 @@
+"""The command line: one set of options for every way to start the service.
+
+The flags are those of ``netweir serve``, so either command line works with
+the other. Everything is checked here, before anything is written to disk.
+"""
+
+import ipaddress
+import os
+from dataclasses import dataclass
+
+from twisted.python import usage
+
+from .projects import ProjectError, ProjectTable, parse_project
+
+USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
+PASSWORD_VARIABLE = "NETWEIR_SERVE_PASSWORD"
+
+EXPOSED_WARNING = (
+    "listening on {bind} without a username and password (--insecure-no-auth):"
+    " anyone who can reach this port can run any spider with any settings, and"
+    " any web page open in a browser that can reach it can read job listings,"
+    " logs and items by pointing a host name of its own at this address (DNS"
+    " rebinding)"
+)
+
+
+def default_max_jobs():
+    return os.cpu_count() or 1
+
+
+def is_loopback(address):
+    """Whether only programs on this machine can reach ``address``."""
+    if address.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What the options decided, checked: the input of ``makeService``."""
+
+    projects: ProjectTable
+    bind: str = "127.0.0.1"
+    port: int = 6800
+    directory: str = "netweir-serve"
+    max_jobs: int = 1
+    keep: int = 100
+    credentials: tuple = None
+    insecure_no_auth: bool = False
+
+    @property
+    def loopback_only(self):
+        return is_loopback(self.bind)
+
+    def warnings(self):
+        """Sentences to log at start about how this configuration is exposed."""
+        found = []
+        if not len(self.projects):
+            found.append("no --project given: there are no spiders to run")
+        if not self.loopback_only and self.credentials is None:
+            found.append(EXPOSED_WARNING.format(bind=self.bind))
+        return found
+
+
+def _whole_number(flag, minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise usage.UsageError(f"{flag} takes a whole number, not {text!r}") from None
+        if value < minimum:
+            raise usage.UsageError(f"{flag} must be at least {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+class ServeOptions(usage.Options):
+    """Options of ``netweir-serve``, ``twistd netweir-serve`` and the .tac."""
+
+    synopsis = "[--project NAME=PATH ...] [options]"
+    longdesc = (
+        "Runs Netweir spiders as jobs over a scrapyd-shaped HTTP API. Give the"
+        " username and password in NETWEIR_SERVE_USERNAME and"
+        " NETWEIR_SERVE_PASSWORD rather than on the command line, where every"
+        " user of the machine can read them (ps, /proc)."
+    )
+    optFlags = [
+        ["insecure-no-auth", None,
+         "allow --bind to an address other machines can reach without a username"
+         " and password"],
+    ]
+    optParameters = [
+        ["bind", None, "127.0.0.1", "the address to listen on"],
+        ["port", None, 6800, "the port to listen on", _whole_number("--port", 0)],
+        ["dir", None, "netweir-serve", "where the job table, logs, items and stats go"],
+        ["max-jobs", None, None,
+         "how many jobs run at once (default: one per CPU)", _whole_number("--max-jobs", 1)],
+        ["keep", None, 100, "how many finished jobs to remember", _whole_number("--keep", 0)],
+        ["username", None, None,
+         "require HTTP basic auth with this username (better: $NETWEIR_SERVE_USERNAME)"],
+        ["password", None, None,
+         "the password for --username (better: $NETWEIR_SERVE_PASSWORD, since a"
+         " command line is readable by every user in ps and /proc)"],
+    ]
+
+    def __init__(self, environ=None):
+        super().__init__()
+        self.environ = os.environ if environ is None else environ
+        self["project"] = []
+
+    def opt_project(self, value):
+        """serve a spider file or directory as project NAME (NAME=PATH, or a bare
+        PATH named after it); give it once per project"""
+        try:
+            self["project"].append(parse_project(value))
+        except ProjectError as e:
+            raise usage.UsageError(str(e)) from None
+
+    def postOptions(self):
+        if self["port"] > 65535:
+            raise usage.UsageError(f"--port must be at most 65535, not {self['port']}")
+        try:
+            self["projects"] = ProjectTable(self["project"])
+        except ProjectError as e:
+            raise usage.UsageError(str(e)) from None
+        if self["max-jobs"] is None:
+            self["max-jobs"] = default_max_jobs()
+        if not self["dir"]:
+            raise usage.UsageError("--dir must not be empty")
+        username = self["username"] or self.environ.get(USERNAME_VARIABLE) or None
+        password = self["password"] or self.environ.get(PASSWORD_VARIABLE) or None
+        if (username is None) != (password is None):
+            given, missing = ("username", "password") if username else ("password", "username")
+            raise usage.UsageError(
+                f"a {given} without a {missing}: give both (--username and --password,"
+                f" or {USERNAME_VARIABLE} and {PASSWORD_VARIABLE}) or neither"
+            )
+        if username is not None and ":" in username:
+            raise usage.UsageError("the username must not contain ':' (HTTP basic auth)")
+        self["credentials"] = (username, password) if username is not None else None
+        if (
+            not is_loopback(self["bind"])
+            and self["credentials"] is None
+            and not self["insecure-no-auth"]
+        ):
+            raise usage.UsageError(
+                f"--bind {self['bind']} lets other machines reach the service, and"
+                " no username and password are set: set NETWEIR_SERVE_USERNAME and"
+                " NETWEIR_SERVE_PASSWORD, or give --insecure-no-auth if you really"
+                " mean to let anyone who can reach it run spiders"
+            )
+
+    def config(self):
+        """The checked options as a ServeConfig."""
+        return ServeConfig(
+            projects=self["projects"],
+            bind=self["bind"],
+            port=self["port"],
+            directory=os.path.abspath(self["dir"]),
+            max_jobs=self["max-jobs"],
+            keep=self["keep"],
+            credentials=self["credentials"],
+            insecure_no_auth=self["insecure-no-auth"],
+        )

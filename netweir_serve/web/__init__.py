@@ -1,0 +1,1 @@
+"""The HTTP side: the resource tree, its guard, and the answers it gives."""

@@ -1,0 +1,46 @@
+"""The shape of every JSON answer: node_name, status, and a message on error.
+
+HTTP status codes: an error answer carries an honest 4xx (400 for a bad
+parameter, 404 for an unknown job or endpoint, 405 for a wrong method,
+409 for a duplicate job id, 413 for a body too big) with the JSON body in
+scrapyd's shape. scrapyd-client reads ``status``/``message`` whatever the
+HTTP status; python-scrapyd-api raises on any non-2xx answer with the
+message it finds, which is what a caller of it wants for a refused request.
+"""
+
+import json
+import socket
+
+JSON_TYPE = b"application/json"
+
+NODE_NAME = socket.gethostname()
+
+
+def encode(body):
+    """``body`` as compact UTF-8 JSON bytes."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def ok_body(**fields):
+    """The bytes of an ``"ok"`` answer carrying ``fields``."""
+    return encode({"node_name": NODE_NAME, "status": "ok", **fields})
+
+
+def error_body(message, **fields):
+    """The bytes of an ``"error"`` answer saying ``message``."""
+    return encode({"node_name": NODE_NAME, "status": "error", "message": message, **fields})
+
+
+def write_json(request, payload, code=200):
+    """Sets the code and headers for ``payload`` (bytes of JSON) and returns
+    it, for ``render`` to return; a HEAD request gets the headers only."""
+    request.setResponseCode(code)
+    request.setHeader(b"content-type", JSON_TYPE)
+    request.setHeader(b"cache-control", b"no-store")
+    request.setHeader(b"content-length", str(len(payload)).encode("ascii"))
+    return payload
+
+
+def write_error(request, code, message, **fields):
+    """An error answer with HTTP status ``code``; returns the body bytes."""
+    return write_json(request, error_body(message, **fields), code)

@@ -1,0 +1,69 @@
+"""The frame every JSON endpoint shares: methods, parameters, answer shape."""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+
+from .answer import encode, error_body, ok_body, write_error, write_json, NODE_NAME
+from .params import ApiError, Params
+
+log = Logger()
+
+
+class JsonEndpoint(Resource):
+    """A JSON endpoint. Subclasses set ``methods`` and define
+    ``answer(params, request)``, returning a dict of the fields of an "ok"
+    answer, bytes of a whole answer, or a Deferred of either; raising
+    ApiError gives an error answer. Anything else raised is logged and
+    answered 500 with a JSON error, never a traceback."""
+
+    isLeaf = True
+    methods = (b"GET",)
+
+    def render(self, request):
+        if request.postpath:
+            return write_error(request, 404, "no such endpoint:"
+                               f" {request.path.decode('latin-1')}")
+        method = b"GET" if request.method == b"HEAD" else request.method
+        if method not in self.methods:
+            allowed = b", ".join(self.methods + ((b"HEAD",) if b"GET" in self.methods else ()))
+            request.setHeader(b"allow", allowed)
+            return write_error(request, 405, f"{request.path.decode('latin-1')} takes "
+                               f"{' or '.join(m.decode() for m in self.methods)}, not "
+                               f"{request.method.decode('latin-1')}")
+        try:
+            result = self.answer(Params.of(request), request)
+        except ApiError as e:
+            return write_error(request, e.code, e.message)
+        except Exception:
+            log.failure("unexpected error answering {path}", path=request.path)
+            return write_error(request, 500, "internal error; see the service's log")
+        if not isinstance(result, defer.Deferred):
+            return write_json(request, self._body(result))
+        result.addCallbacks(lambda r: write_json(request, self._body(r)), self._failed,
+                            errbackArgs=(request,))
+        result.addCallback(self._finish, request)
+        request.notifyFinish().addErrback(lambda _: None)
+        return NOT_DONE_YET
+
+    @staticmethod
+    def _body(result):
+        return result if isinstance(result, bytes) else ok_body(**result)
+
+    @staticmethod
+    def _failed(failure, request):
+        if failure.check(ApiError):
+            return write_error(request, failure.value.code, failure.value.message)
+        log.failure("unexpected error answering {path}", failure, path=request.path)
+        return write_error(request, 500, "internal error; see the service's log")
+
+    @staticmethod
+    def _finish(body, request):
+        if request.finished or request._disconnected:
+            return
+        request.write(body)
+        request.finish()
+
+
+__all__ = ["JsonEndpoint", "ApiError", "encode", "error_body", "ok_body", "NODE_NAME"]

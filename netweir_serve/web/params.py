@@ -1,0 +1,70 @@
+"""Reading an endpoint's parameters from the query string and a form body."""
+
+from urllib.parse import parse_qsl
+
+from ..names import name_problem
+
+FORM_TYPE = b"application/x-www-form-urlencoded"
+
+
+class ApiError(Exception):
+    """A refused request: ``code`` is the HTTP status, ``message`` says why."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _decode(raw, where):
+    try:
+        return parse_qsl(raw.decode("utf-8"), keep_blank_values=True,
+                         encoding="utf-8", errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, f"the {where} is not valid UTF-8 form data") from None
+
+
+class Params:
+    """The parameters of one request, in the order given; a name may repeat."""
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+    @classmethod
+    def of(cls, request):
+        """Parameters from the query string and, for a form-encoded body,
+        the body too. Raises ApiError for a body that is too big or not
+        form data."""
+        if getattr(request, "body_too_large", False):
+            raise ApiError(413, "the request body is larger than 1 MiB")
+        pairs = []
+        _, _, query = request.uri.partition(b"?")
+        if query:
+            pairs += _decode(query, "query string")
+        body = request.content.read() if request.content is not None else b""
+        if body:
+            kind = (request.getHeader(b"content-type") or FORM_TYPE.decode()).split(";")[0]
+            if kind.strip().lower() != FORM_TYPE.decode():
+                raise ApiError(415, f"the body must be form data ({FORM_TYPE.decode()}),"
+                                    f" not {kind.strip()!r}")
+            pairs += _decode(body, "request body")
+        return cls(pairs)
+
+    def all(self, key):
+        return [v for k, v in self.pairs if k == key]
+
+    def get(self, key, default=None):
+        values = self.all(key)
+        return values[-1] if values else default
+
+    def name(self, key, what=None, required=True):
+        """A name-rule value of ``key``; raises ApiError naming the parameter."""
+        value = self.get(key)
+        if value is None or value == "":
+            if not required:
+                return None
+            raise ApiError(400, f"missing parameter {key!r}")
+        problem = name_problem(what or key, value)
+        if problem:
+            raise ApiError(400, f"parameter {key!r}: {problem}")
+        return value
