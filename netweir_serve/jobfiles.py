@@ -1,0 +1,74 @@
+"""Where a job's log, items and stats live under DIR, and reading them back.
+
+DIR/logs/P/S/JOB.log, DIR/items/P/S/JOB.jsonl and DIR/stats/P/S/JOB.json:
+project, spider and job are names (checked by the name rule), so these
+paths never leave DIR.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+
+# A crawl's stats file is a few KB; anything past this is not one.
+MAX_STATS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    log: str
+    items: str
+    stats: str
+
+    def all(self):
+        return (self.log, self.items, self.stats)
+
+
+def job_files(directory, project, spider, jobid):
+    """The JobFiles of one job under ``directory`` (the service's DIR)."""
+    return JobFiles(
+        log=os.path.join(directory, "logs", project, spider, jobid + ".log"),
+        items=os.path.join(directory, "items", project, spider, jobid + ".jsonl"),
+        stats=os.path.join(directory, "stats", project, spider, jobid + ".json"),
+    )
+
+
+def files_of(directory, record):
+    return job_files(directory, record.project, record.spider, record.id)
+
+
+def read_stats(path):
+    """The stats a crawl last wrote to ``path`` (a dict), or None when there
+    is no complete file yet. The crawl replaces the file atomically, so a
+    read sees a whole file or the previous one."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STATS_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_STATS_BYTES:
+        return None
+    try:
+        stats = json.loads(data)
+    except ValueError:
+        return None
+    return stats if isinstance(stats, dict) else None
+
+
+def delete_files(files):
+    """Removes a forgotten job's files, and the spider and project folders
+    they leave empty. Returns the paths that could not be removed."""
+    failed = []
+    for path in files.all():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            failed.append(path)
+            continue
+        for folder in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+    return failed

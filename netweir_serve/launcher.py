@@ -1,0 +1,273 @@
+"""Running jobs as ``netweir crawl`` processes, and watching them end.
+
+Modelled on twisted.runner.procmon: the reactor is injected, every timer is
+a ``callLater`` on it, and the job record stays in the job store; the
+process protocol only reports what happened.
+"""
+
+import os
+import shutil
+import signal
+import sys
+from dataclasses import dataclass, field
+
+from twisted.internet import defer
+from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from . import datapaths
+from .interfaces import ILauncher
+from .jobfiles import files_of, read_stats
+from .names import fold
+
+# What the job's environment must never see: the service's credentials.
+SECRET_PREFIX = "NETWEIR_SERVE_"
+
+# Where a crawl ends up in a session of its own: setsid(1) execs in place
+# (our child is never a group leader), so the pid we watch is the crawl's.
+_SETSID = shutil.which("setsid")
+_SETSID_FALLBACK = "import os, sys; os.setsid(); os.execv(sys.argv[1], sys.argv[1:])"
+
+
+class StartRefused(Exception):
+    """A job that cannot start; the message goes in its log."""
+
+
+def crawl_command(python, record, files, data_dir):
+    """The argv of the crawl for ``record``. Path settings are resolved in
+    ``data_dir`` again here: the directory may have changed since the job
+    was checked (a symlink put there meanwhile)."""
+    argv = [python, "-m", "netweir", "crawl", record.spider_file,
+            f"--spider={record.spider}", f"--output={files.items}",
+            f"--stats={files.stats}"]
+    for key, value in record.settings:
+        if key in datapaths.PATH_SETTINGS:
+            try:
+                value = datapaths.resolve(data_dir, key, value)
+            except ValueError as e:
+                raise StartRefused(str(e)) from None
+        argv.append(f"--set={key}={value}")
+    argv.extend(f"-a{name}={value}" for name, value in record.arguments)
+    return argv
+
+
+def in_own_session(argv):
+    if _SETSID:
+        return [_SETSID] + argv
+    return [argv[0], "-S", "-c", _SETSID_FALLBACK] + argv
+
+
+def job_environment(environ):
+    env = {k: v for k, v in environ.items() if not k.startswith(SECRET_PREFIX)}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def exit_status_of(reason):
+    """The exit status in ``reason`` (a negative signal number if killed)."""
+    value = reason.value
+    if getattr(value, "signal", None) is not None:
+        return -value.signal
+    return getattr(value, "exitCode", None)
+
+
+class CrawlProtocol(ProcessProtocol):
+    """Reports the end of one crawl process to ``ended(jobid, reason)``."""
+
+    def __init__(self, jobid, ended):
+        self.jobid = jobid
+        self._ended = ended
+
+    def processEnded(self, reason):
+        self._ended(self.jobid, reason)
+
+
+@dataclass
+class RunningJob:
+    """What the launcher keeps about a job while its process runs."""
+
+    record: object
+    files: object
+    pid: int
+    stats: dict = None
+    cancel_requested: bool = False
+    stats_call: object = None
+    kill_call: object = None
+    ended: list = field(default_factory=list)
+
+
+def send_signal(pid, signum, group):
+    """Signals the process ``pid``, or its whole process group; a process
+    that is already gone is not an error."""
+    try:
+        if group:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@implementer(ILauncher)
+class Launcher:
+    """ILauncher for ``netweir crawl`` jobs.
+
+    ``job_ended(record)`` is called with the finished record of every job
+    that ends here (it frees a slot: the service polls and prunes there).
+    """
+
+    log = Logger()
+
+    def __init__(self, reactor, store, projects, directory, max_jobs, job_ended,
+                 python=sys.executable, grace=30.0, stats_interval=5.0,
+                 environ=None, signal_process=send_signal):
+        self._reactor = reactor
+        self._store = store
+        self._projects = projects
+        self._directory = directory
+        self._max_jobs = max_jobs
+        self._job_ended = job_ended
+        self._python = python
+        self._grace = grace
+        self._stats_interval = stats_interval
+        self._environ = os.environ if environ is None else environ
+        self._signal = signal_process
+        self._running = {}
+        self._stopping = False
+
+    # -- starting --------------------------------------------------------------
+
+    def slots_free(self):
+        if self._stopping:
+            return 0
+        return max(0, self._max_jobs - len(self._running))
+
+    def launch(self, record):
+        files = files_of(self._directory, record)
+        try:
+            argv, workdir = self._prepare(record, files)
+            pid = self._spawn(record, argv, workdir, files)
+        except (StartRefused, OSError) as e:
+            self._fail_to_start(record, files, str(e))
+            return
+        job = RunningJob(record=self._store.mark_running(record.id, pid, self._reactor.seconds()),
+                         files=files, pid=pid)
+        self._running[fold(record.id)] = job
+        job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
+        self.log.info("job {jobid} started: {project}/{spider}, pid {pid}",
+                      jobid=record.id, project=record.project, spider=record.spider, pid=pid)
+
+    def _prepare(self, record, files):
+        project = self._projects.get(record.project)
+        if project is None:
+            raise StartRefused(f"project {record.project!r} is no longer served")
+        if not os.path.isfile(record.spider_file):
+            raise StartRefused(f"the spider's file {record.spider_file} is gone")
+        data_dir = os.path.join(self._directory, "data", project.name)
+        argv = crawl_command(self._python, record, files, data_dir)
+        for path in files.all():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.makedirs(data_dir, exist_ok=True)
+        return argv, project.workdir
+
+    def _spawn(self, record, argv, workdir, files):
+        log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            command = in_own_session(argv)
+            process = self._reactor.spawnProcess(
+                CrawlProtocol(record.id, self._process_ended), command[0], command,
+                env=job_environment(self._environ), path=workdir,
+                childFDs={0: null_fd, 1: log_fd, 2: log_fd})
+        finally:
+            os.close(log_fd)
+            os.close(null_fd)
+        return process.pid
+
+    def _fail_to_start(self, record, files, reason):
+        self.log.warn("job {jobid} could not start: {reason}", jobid=record.id, reason=reason)
+        try:
+            os.makedirs(os.path.dirname(files.log), exist_ok=True)
+            with open(files.log, "a", encoding="utf-8") as f:
+                f.write(f"netweir-serve: the job could not start: {reason}\n")
+        except OSError:
+            pass
+        ended = self._store.mark_finished(record.id, "failed", self._reactor.seconds(),
+                                          reason=reason)
+        self._job_ended(ended)
+
+    # -- watching --------------------------------------------------------------
+
+    def _poll_stats(self, job):
+        stats = read_stats(job.files.stats)
+        if stats is not None:
+            job.stats = stats
+        job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
+
+    def running_stats(self, jobid):
+        job = self._running.get(fold(jobid))
+        return job.stats if job else None
+
+    def _process_ended(self, jobid, reason):
+        job = self._running.pop(fold(jobid))
+        # Processes the crawl started (workers, a spider's own children) may
+        # outlive it; the group is the crawl's alone, so nothing in it is
+        # anyone else's.
+        self._signal(job.pid, signal.SIGKILL, True)
+        for call in (job.stats_call, job.kill_call):
+            if call is not None and call.active():
+                call.cancel()
+        status = exit_status_of(reason)
+        stats = read_stats(job.files.stats) or job.stats
+        if job.cancel_requested:
+            outcome = "cancelled"
+        else:
+            outcome = "finished" if status == 0 else "failed"
+        record = self._store.mark_finished(jobid, outcome, self._reactor.seconds(),
+                                           exit_status=status, stats=stats)
+        self.log.info("job {jobid} ended: {outcome} (exit status {status})",
+                      jobid=jobid, outcome=outcome, status=status)
+        for d in job.ended:
+            d.callback(record)
+        self._job_ended(record)
+
+    # -- stopping --------------------------------------------------------------
+
+    def cancel(self, jobid, now=False):
+        job = self._running.get(fold(jobid))
+        if job is None:
+            return False
+        if now or job.cancel_requested:
+            self._kill(job)
+            return True
+        job.cancel_requested = True
+        self._store.mark_cancel_requested(job.record.id)
+        self.log.info("job {jobid}: cancel asked, stopping it", jobid=job.record.id)
+        self._signal(job.pid, signal.SIGTERM, False)
+        job.kill_call = self._reactor.callLater(self._grace, self._kill, job)
+        return True
+
+    def _kill(self, job):
+        if job.kill_call is not None and job.kill_call.active():
+            job.kill_call.cancel()
+        job.kill_call = None
+        job.cancel_requested = True
+        self.log.info("job {jobid}: killing it and every process it started",
+                      jobid=job.record.id)
+        self._signal(job.pid, signal.SIGKILL, True)
+
+    def stop(self):
+        self._stopping = True
+        waits = []
+        for job in list(self._running.values()):
+            d = defer.Deferred()
+            job.ended.append(d)
+            waits.append(d)
+            if not job.cancel_requested:
+                self.cancel(job.record.id)
+        return defer.gatherResults(waits).addCallback(lambda _: None)
+
+    def kill_all(self):
+        for job in list(self._running.values()):
+            self._kill(job)
