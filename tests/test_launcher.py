@@ -1,0 +1,226 @@
+"""The launcher, poller and scheduler driven by a Clock and fake processes."""
+
+import json
+import os
+import signal
+from types import SimpleNamespace
+
+from twisted.trial import unittest
+from zope.interface.verify import verifyClass
+
+from netweir_serve.interfaces import ILauncher, IJobStore, IPoller, IScheduler
+from netweir_serve.jobfiles import job_files
+from netweir_serve.jobstore import JobStore
+from netweir_serve.launcher import Launcher, job_environment
+from netweir_serve.poller import Poller
+from netweir_serve.projects import Project, ProjectTable
+from netweir_serve.scheduler import Scheduler
+
+from .fakes import FakeProcessReactor, SignalLog
+
+
+class InterfaceTests(unittest.TestCase):
+    def test_parts_provide_their_interfaces(self):
+        self.assertTrue(verifyClass(IJobStore, JobStore))
+        self.assertTrue(verifyClass(IScheduler, Scheduler))
+        self.assertTrue(verifyClass(IPoller, Poller))
+        self.assertTrue(verifyClass(ILauncher, Launcher))
+
+
+class Rig:
+    """A store, launcher, poller and scheduler wired as the service wires them."""
+
+    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None):
+        self.dir = os.path.abspath(test.mktemp())
+        project_dir = os.path.join(self.dir, "project")
+        os.makedirs(project_dir)
+        self.spider_file = os.path.join(project_dir, "books.py")
+        open(self.spider_file, "w").close()
+        self.projects = ProjectTable([Project("shop", project_dir)])
+        self.reactor = FakeProcessReactor(fail_with=fail_with)
+        self.signals = SignalLog()
+        self.store = JobStore(":memory:")
+        self.ended = []
+        self.launcher = Launcher(self.reactor, self.store, self.projects, self.dir, max_jobs,
+                                 self._ended, python="/usr/bin/python3", grace=grace,
+                                 environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
+                                          "NETWEIR_SERVE_USERNAME": "me"},
+                                 signal_process=self.signals)
+        self.poller = Poller(self.store, self.launcher, self.reactor)
+        self.scheduler = Scheduler(self.store, self.launcher, self.reactor,
+                                   wake=self.poller.poll, ended=self._ended)
+
+    def _ended(self, record):
+        self.ended.append(record)
+        self.poller.poll()
+
+    def schedule(self, jobid, priority=0, settings=(), spider_file=None, project="shop"):
+        checked = SimpleNamespace(project=project, spider="books",
+                                  spider_file=spider_file or self.spider_file,
+                                  settings=settings, arguments=(("category", "fiction"),))
+        return self.scheduler.schedule(checked, jobid=jobid, priority=priority)
+
+    def process_of(self, jobid):
+        pid = self.store.get(jobid).pid
+        return next(p for p in self.reactor.processes if p.pid == pid)
+
+    def write_stats(self, jobid, stats):
+        path = job_files(self.dir, "shop", "books", jobid).stats
+        with open(path + ".tmp", "w") as f:
+            json.dump(stats, f)
+        os.replace(path + ".tmp", path)
+
+
+class LaunchingTests(unittest.TestCase):
+    def test_job_starts_at_once_when_a_slot_is_free(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        self.assertEqual(rig.store.get("a").state, "running")
+        self.assertEqual(len(rig.reactor.processes), 1)
+
+    def test_crawl_command_environment_and_directory(self):
+        rig = Rig(self)
+        rig.schedule("a", settings=(("max_items", "5"), ("checkpoint", "books")))
+        process = rig.process_of("a")
+        argv = process.argv
+        self.assertIn("-m", argv)
+        self.assertEqual(argv[argv.index("-m") + 1:argv.index("-m") + 3], ["netweir", "crawl"])
+        self.assertIn(rig.spider_file, argv)
+        self.assertIn("--spider=books", argv)
+        self.assertIn("--set=max_items=5", argv)
+        data = os.path.join(rig.dir, "data", "shop", "books")
+        self.assertIn(f"--set=checkpoint={data}", argv)
+        self.assertIn("-acategory=fiction", argv)
+        files = job_files(rig.dir, "shop", "books", "a")
+        self.assertIn(f"--output={files.items}", argv)
+        self.assertIn(f"--stats={files.stats}", argv)
+        env = process.kwargs["env"]
+        self.assertNotIn("NETWEIR_SERVE_PASSWORD", env)
+        self.assertNotIn("NETWEIR_SERVE_USERNAME", env)
+        self.assertEqual(env["PYTHONUNBUFFERED"], "1")
+        self.assertEqual(process.kwargs["path"], os.path.join(rig.dir, "project"))
+        self.assertTrue(os.path.exists(files.log))
+
+    def test_at_most_max_jobs_run_and_a_freed_slot_starts_the_next(self):
+        rig = Rig(self, max_jobs=2)
+        for jobid in "abc":
+            rig.schedule(jobid)
+        self.assertEqual([rig.store.get(j).state for j in "abc"],
+                         ["running", "running", "pending"])
+        rig.process_of("a").exit(0)
+        self.assertEqual(rig.store.get("a").outcome, "finished")
+        self.assertEqual(rig.store.get("c").state, "running")
+
+    def test_priority_then_age_decide_who_runs_next(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("first")
+        rig.schedule("low", priority=-1)
+        rig.schedule("old", priority=3)
+        rig.schedule("high", priority=10)
+        rig.schedule("new", priority=3)
+        order = []
+        for _ in range(4):
+            running = rig.store.jobs()[1][0]
+            rig.process_of(running.id).exit(0)
+            order.append(rig.store.jobs()[1][0].id if rig.store.jobs()[1] else None)
+        self.assertEqual(order, ["high", "old", "new", "low"])
+
+    def test_outcomes_keep_exit_status(self):
+        rig = Rig(self, max_jobs=3)
+        for jobid in ("ok", "bad", "killed"):
+            rig.schedule(jobid)
+        rig.process_of("ok").exit(0)
+        rig.process_of("bad").exit(1)
+        rig.process_of("killed").exit(signal=9)
+        got = {j: (rig.store.get(j).outcome, rig.store.get(j).exit_status)
+               for j in ("ok", "bad", "killed")}
+        self.assertEqual(got, {"ok": ("finished", 0), "bad": ("failed", 1),
+                               "killed": ("failed", -9)})
+
+    def test_leftover_processes_in_the_group_are_killed_at_the_end(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        pid = rig.store.get("a").pid
+        rig.process_of("a").exit(0)
+        self.assertIn((pid, signal.SIGKILL, True), rig.signals.sent)
+
+    def test_spider_file_gone_fails_the_job_and_frees_the_slot(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("gone", spider_file="/nonexistent/books.py")
+        rig.schedule("next")
+        gone = rig.store.get("gone")
+        self.assertEqual((gone.state, gone.outcome), ("finished", "failed"))
+        with open(job_files(rig.dir, "shop", "books", "gone").log) as f:
+            self.assertIn("is gone", f.read())
+        self.assertEqual(rig.store.get("next").state, "running")
+        self.assertEqual(rig.launcher.slots_free(), 0)
+
+    def test_project_no_longer_served_fails_the_job(self):
+        rig = Rig(self)
+        rig.schedule("orphan", project="removed")
+        self.assertEqual(rig.store.get("orphan").outcome, "failed")
+        self.assertIn("no longer served", rig.store.get("orphan").reason)
+
+    def test_os_refusing_to_spawn_fails_the_job_without_leaking_a_slot(self):
+        rig = Rig(self, max_jobs=1, fail_with=OSError(24, "Too many open files"))
+        rig.schedule("a")
+        rig.schedule("b")
+        self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["failed", "failed"])
+        self.assertEqual(rig.launcher.slots_free(), 1)
+
+    def test_path_setting_escaping_at_start_fails_the_job(self):
+        rig = Rig(self)
+        data = os.path.join(rig.dir, "data", "shop")
+        os.makedirs(data)
+        os.symlink("/tmp", os.path.join(data, "out"))
+        rig.schedule("a", settings=(("checkpoint", "out/ck"),))
+        self.assertEqual(rig.store.get("a").outcome, "failed")
+        self.assertEqual(rig.reactor.processes, [])
+
+
+class StatsPollingTests(unittest.TestCase):
+    def test_stats_are_read_every_five_seconds(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        self.assertIsNone(rig.launcher.running_stats("a"))
+        rig.write_stats("a", {"items": 1, "finish_reason": None})
+        rig.reactor.advance(4.9)
+        self.assertIsNone(rig.launcher.running_stats("A"))
+        rig.reactor.advance(0.1)
+        self.assertEqual(rig.launcher.running_stats("a"), {"items": 1, "finish_reason": None})
+        rig.write_stats("a", {"items": 7, "finish_reason": None})
+        rig.reactor.advance(5)
+        self.assertEqual(rig.launcher.running_stats("a")["items"], 7)
+
+    def test_final_stats_are_kept_and_polling_stops(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.write_stats("a", {"items": 9, "finish_reason": "finished"})
+        rig.process_of("a").exit(0)
+        self.assertEqual(rig.store.get("a").stats["finish_reason"], "finished")
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
+    def test_killed_job_keeps_the_last_stats_it_wrote(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.write_stats("a", {"items": 4, "finish_reason": None})
+        rig.reactor.advance(5)
+        os.unlink(job_files(rig.dir, "shop", "books", "a").stats)
+        rig.process_of("a").exit(signal=9)
+        self.assertEqual(rig.store.get("a").stats, {"items": 4, "finish_reason": None})
+
+    def test_a_broken_stats_file_is_ignored(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        path = job_files(rig.dir, "shop", "books", "a").stats
+        with open(path, "w") as f:
+            f.write("{not json")
+        rig.reactor.advance(5)
+        self.assertIsNone(rig.launcher.running_stats("a"))
+
+
+class EnvironmentTests(unittest.TestCase):
+    def test_credentials_never_reach_a_job(self):
+        env = job_environment({"NETWEIR_SERVE_USERNAME": "u", "NETWEIR_SERVE_PASSWORD": "p",
+                               "HOME": "/root"})
+        self.assertEqual(env, {"HOME": "/root", "PYTHONUNBUFFERED": "1"})
