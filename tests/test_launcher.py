@@ -224,3 +224,105 @@ class EnvironmentTests(unittest.TestCase):
         env = job_environment({"NETWEIR_SERVE_USERNAME": "u", "NETWEIR_SERVE_PASSWORD": "p",
                                "HOME": "/root"})
         self.assertEqual(env, {"HOME": "/root", "PYTHONUNBUFFERED": "1"})
+
+
+class CancellingTests(unittest.TestCase):
+    def test_cancel_pending_takes_it_out_of_the_queue(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("running")
+        rig.schedule("waiting")
+        self.assertEqual(rig.scheduler.cancel("WAITING"), "pending")
+        waiting = rig.store.get("waiting")
+        self.assertEqual((waiting.state, waiting.outcome, waiting.start_time),
+                         ("finished", "cancelled", None))
+        self.assertEqual(rig.scheduler.cancel("waiting"), None)
+        self.assertEqual(rig.scheduler.cancel("nosuch"), None)
+
+    def test_cancel_running_sends_sigterm_then_kills_the_group_after_grace(self):
+        rig = Rig(self, grace=30.0)
+        rig.schedule("a")
+        pid = rig.store.get("a").pid
+        self.assertEqual(rig.scheduler.cancel("a"), "running")
+        self.assertEqual(rig.signals.sent, [(pid, signal.SIGTERM, False)])
+        rig.reactor.advance(29.9)
+        self.assertEqual(len(rig.signals.sent), 1)
+        rig.reactor.advance(0.1)
+        self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
+        rig.process_of("a").exit(signal=9)
+        self.assertEqual(rig.store.get("a").outcome, "cancelled")
+
+    def test_timer_is_cancelled_when_the_job_ends_in_time(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.scheduler.cancel("a")
+        rig.process_of("a").exit(130)
+        record = rig.store.get("a")
+        self.assertEqual((record.outcome, record.exit_status), ("cancelled", 130))
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
+    def test_second_cancel_kills_at_once(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        pid = rig.store.get("a").pid
+        rig.scheduler.cancel("a")
+        self.assertEqual(rig.scheduler.cancel("a"), "running")
+        self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
+        escalations = [c for c in rig.reactor.getDelayedCalls() if c.func == rig.launcher._kill]
+        self.assertEqual(escalations, [])
+
+    def test_cancel_with_now_kills_at_once(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        pid = rig.store.get("a").pid
+        rig.scheduler.cancel("a", now=True)
+        self.assertEqual(rig.signals.sent, [(pid, signal.SIGKILL, True)])
+
+    def test_cancelled_job_that_exits_zero_is_still_cancelled(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.scheduler.cancel("a")
+        rig.process_of("a").exit(0)
+        self.assertEqual(rig.store.get("a").outcome, "cancelled")
+
+
+class StoppingTests(unittest.TestCase):
+    def test_stop_waits_for_every_running_job_and_starts_no_more(self):
+        rig = Rig(self, max_jobs=2)
+        for jobid in "abc":
+            rig.schedule(jobid)
+        stopped = rig.launcher.stop()
+        fired = []
+        stopped.addCallback(fired.append)
+        sent = [s for s in rig.signals.sent if s[1] == signal.SIGTERM]
+        self.assertEqual(len(sent), 2)
+        rig.process_of("a").exit(130)
+        self.assertEqual(fired, [])
+        self.assertEqual(rig.store.get("c").state, "pending")
+        rig.process_of("b").exit(130)
+        self.assertEqual(fired, [None])
+        self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["cancelled", "cancelled"])
+        self.assertEqual(rig.store.get("c").state, "pending")
+
+    def test_stop_escalates_after_grace(self):
+        rig = Rig(self, grace=30.0)
+        rig.schedule("a")
+        pid = rig.store.get("a").pid
+        rig.launcher.stop()
+        rig.reactor.advance(30)
+        self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
+
+    def test_kill_all_while_stopping_kills_every_job_at_once(self):
+        rig = Rig(self, max_jobs=2)
+        rig.schedule("a")
+        rig.schedule("b")
+        pids = [rig.store.get(j).pid for j in "ab"]
+        rig.launcher.stop()
+        rig.launcher.kill_all()
+        kills = [s[0] for s in rig.signals.sent if s[1] == signal.SIGKILL]
+        self.assertEqual(sorted(kills), sorted(pids))
+
+    def test_stop_with_nothing_running_fires_at_once(self):
+        rig = Rig(self)
+        fired = []
+        rig.launcher.stop().addCallback(fired.append)
+        self.assertEqual(fired, [None])
