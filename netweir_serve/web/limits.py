@@ -1,0 +1,228 @@
+"""Slow and greedy clients: a deadline per request and caps on connections.
+
+A connection has ``deadline`` seconds from connecting to send its whole
+request, and again from the moment an answer has left the service to send
+the next one; otherwise it is closed: reset if it had begun a request,
+closed in order if it sent nothing, so that the end of its last answer
+still arrives. Producing and sending an answer is never timed, however
+long it takes (the Site's own idle timeout, 60 s unless set otherwise,
+still applies once an answer is finished). One client address may hold
+``per_address`` connections open at once and all clients together
+``total``; a connection past either cap is closed as soon as it is
+accepted, before a byte is written to it.
+
+Wiring, with the reactor the service runs on::
+
+    site = Site(root, reactor=reactor)
+    reactor.listenTCP(6800, limit(site, reactor), interface="127.0.0.1")
+"""
+
+from collections import Counter
+
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
+from twisted.web.http import HTTPChannel
+
+
+class RequestClock:
+    """Times a client while it owes the service a request.
+
+    The clock runs from ``start()`` until ``request_received()``, and again
+    from ``answer_finished()`` (or, if the answer was still queued in the
+    transport then, from ``output_drained()``) until the next
+    ``request_received()``. When it runs out it calls ``expire(begun)``,
+    ``begun`` saying whether any bytes arrived since the last whole request.
+    """
+
+    def __init__(self, reactor, seconds, expire):
+        self._reactor = reactor
+        self._seconds = seconds
+        self._expire = expire
+        self._call = None
+        self._begun = False
+        self._backlogged = False
+        self._answer_queued = False
+
+    def start(self):
+        """Gives the client ``seconds`` from now to deliver a whole request."""
+        self.stop()
+        self._call = self._reactor.callLater(self._seconds, self._run_out)
+
+    def stop(self):
+        """Stops the clock for good, or until the next ``start()``."""
+        self._answer_queued = False
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+    def data_arrived(self):
+        """Notes that the client sent bytes."""
+        self._begun = True
+
+    def request_received(self):
+        """The request being timed is whole: the client owes nothing now."""
+        self._begun = False
+        self.stop()
+
+    def answer_finished(self):
+        """The last byte of an answer went to the transport. The client owes
+        the next request once that byte has left the process: until then a
+        slow reader is still receiving the answer, which is not timed."""
+        if self._backlogged:
+            self._answer_queued = True
+        else:
+            self.start()
+
+    def output_backlogged(self):
+        """The transport's write buffer is full."""
+        self._backlogged = True
+
+    def output_drained(self):
+        """The transport has written out everything it was given."""
+        self._backlogged = False
+        if self._answer_queued:
+            self.start()
+
+    def _run_out(self):
+        self._call = None
+        self._expire(self._begun)
+
+
+class DeadlineChannel(HTTPChannel):
+    """An ``HTTPChannel`` that tells its ``request_clock`` where each
+    request stands. ``ConnectionLimits`` sets ``request_clock`` before the
+    connection starts; ``limit()`` makes a ``Site`` build these channels.
+
+    The hooks are public methods of ``HTTPChannel`` called once per request
+    whatever its framing (no body, Content-Length, chunked):
+    ``allContentReceived`` is where the channel hands a whole request on
+    (and suspends its own idle timeout for the same reason), ``requestDone``
+    is where it learns the answer is finished. Being public, they fall under
+    Twisted's deprecation policy, unlike the ``_handlingRequest`` flag a
+    wrapping protocol would otherwise have to poll after every read.
+    ``pauseProducing``/``resumeProducing`` are what the transport calls, as
+    an ``IPushProducer``'s consumer, when its write buffer fills up and when
+    it has written everything out.
+    """
+
+    request_clock = None
+
+    def allContentReceived(self):
+        # Before handing on: the answer may be finished synchronously, and
+        # that must start the clock again, not be undone by this.
+        self.request_clock.request_received()
+        super().allContentReceived()
+
+    def requestDone(self, request):
+        # Before the channel replays pipelined bytes it buffered meanwhile:
+        # a whole request among them stops the clock this starts.
+        if self.persistent:
+            self.request_clock.answer_finished()
+        super().requestDone(request)
+
+    def pauseProducing(self):
+        self.request_clock.output_backlogged()
+        super().pauseProducing()
+
+    def resumeProducing(self):
+        # Before resuming: the request's producer may fill the buffer again.
+        self.request_clock.output_drained()
+        super().resumeProducing()
+
+
+class LimitedConnection(ProtocolWrapper):
+    """One connection of a ``ConnectionLimits``, timed by a ``RequestClock``."""
+
+    def __init__(self, factory, channel, client):
+        super().__init__(factory, channel)
+        self.client = client
+        self._clock = RequestClock(factory.reactor, factory.deadline, self._too_slow)
+        channel.request_clock = self._clock
+
+    def connectionMade(self):
+        self._clock.start()
+
+    def dataReceived(self, data):
+        self._clock.data_arrived()
+        super().dataReceived(data)
+
+    def connectionLost(self, reason):
+        self._clock.stop()
+        super().connectionLost(reason)
+
+    def _too_slow(self, begun):
+        if begun:
+            # Part of a request, too late: drop it, answer nothing.
+            self.transport.abortConnection()
+        else:
+            # Idle between requests: an orderly close, so that the kernel
+            # still delivers the tail of the last answer to a slow reader.
+            self.wrappedProtocol.loseConnection()
+
+
+class ConnectionLimits(WrappingFactory):
+    """Wraps ``wrappedFactory``, a ``Site`` whose ``protocol`` is a
+    ``DeadlineChannel`` (``limit()`` arranges that), to enforce the
+    deadline and the connection caps described in this module.
+
+    ``reactor`` provides ``IReactorTime``; it runs every timer.
+    ``per_address`` and ``total`` are the largest numbers of connections
+    held open at once by one client IP address and by all clients.
+    ``deadline`` is in seconds. Listen with this factory, not the site.
+    """
+
+    protocol = LimitedConnection
+
+    def __init__(self, wrappedFactory, reactor, per_address=8, total=256, deadline=15.0):
+        if not _builds_deadline_channels(wrappedFactory):
+            raise TypeError(
+                "ConnectionLimits needs a factory building DeadlineChannel "
+                "protocols: wrap a Site with limit(site, reactor)"
+            )
+        super().__init__(wrappedFactory)
+        self.reactor = reactor
+        self.per_address = per_address
+        self.total = total
+        self.deadline = deadline
+        self._per_client = Counter()
+
+    def buildProtocol(self, addr):
+        """A protocol for a new connection from ``addr``, or ``None`` when a
+        cap is reached, which has the port close the socket at once."""
+        client = addr.host
+        if len(self.protocols) >= self.total or self._per_client[client] >= self.per_address:
+            return None
+        return self.protocol(self, self.wrappedFactory.buildProtocol(addr), client)
+
+    def registerProtocol(self, p):
+        super().registerProtocol(p)
+        self._per_client[p.client] += 1
+
+    def unregisterProtocol(self, p):
+        super().unregisterProtocol(p)
+        self._per_client[p.client] -= 1
+        if not self._per_client[p.client]:
+            # Forget the address, or every client ever seen would stay.
+            del self._per_client[p.client]
+
+    def open_connections(self):
+        """``{client IP address: connections it holds open}``, for every
+        address that holds any."""
+        return dict(self._per_client)
+
+
+def limit(site, reactor, per_address=8, total=256, deadline=15.0):
+    """The factory to listen with to serve ``site`` under these limits.
+
+    Makes ``site`` build ``DeadlineChannel``s unless it already builds a
+    subclass of it, then wraps it in a ``ConnectionLimits``. The site then
+    speaks HTTP/1.x only: Twisted's default channel would offer HTTP/2 over
+    TLS, which the service doesn't serve.
+    """
+    if not _builds_deadline_channels(site):
+        site.protocol = DeadlineChannel
+    return ConnectionLimits(site, reactor, per_address, total, deadline)
+
+
+def _builds_deadline_channels(factory):
+    channel = getattr(factory, "protocol", None)
+    return isinstance(channel, type) and issubclass(channel, DeadlineChannel)
