@@ -23,6 +23,22 @@ PROG = "netweir-serve"
 # The .tac file reads its options from here, as a command line would give them.
 TAC_OPTIONS_VARIABLE = "NETWEIR_SERVE_OPTIONS"
 
+# Seconds between a cancel and the kill: 30 unless this says otherwise. Not
+# an option, so the command line stays that of `netweir serve`; tests set it.
+GRACE_VARIABLE = "NETWEIR_SERVE_CANCEL_GRACE"
+
+
+def _grace(environ):
+    text = environ.get(GRACE_VARIABLE, "")
+    try:
+        value = float(text) if text else 30.0
+    except ValueError:
+        value = -1
+    if not value >= 0:
+        sys.stderr.write(f"{PROG}: error: {GRACE_VARIABLE} must be a number of seconds\n")
+        raise SystemExit(2)
+    return value
+
 
 def parse(argv, environ=None):
     """ServeOptions for ``argv``; on a usage error, prints one line and
@@ -40,8 +56,9 @@ def parse(argv, environ=None):
 def build(options, reactor):
     """The service for parsed ``options``; exits with status 1 when the
     directory belongs to another running service."""
+    grace = _grace(options.environ)
     try:
-        return makeService(options.config(), reactor)
+        return makeService(options.config(), reactor, grace=grace)
     except DirectoryBusy as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(1) from None

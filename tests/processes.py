@@ -4,6 +4,8 @@ Tests that use these are synchronous: the daemon and the site run in
 processes of their own, so a test may block while it waits for them.
 """
 
+import atexit
+import base64
 import http.client
 import json
 import os
@@ -33,6 +35,24 @@ def wait_until(check, timeout, what, interval=0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def kill_groups(pids):
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def alive(pid):
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 class TestSite:
@@ -77,8 +97,9 @@ def request(port, method, path, params=None, headers=None, host="127.0.0.1", tim
 class Daemon:
     """netweir-serve as a real process on a free port, with its own --dir."""
 
-    def __init__(self, directory, projects=(), args=(), env=None, command=None):
+    def __init__(self, directory, projects=(), args=(), env=None, command=None, auth=None):
         self.directory = directory
+        self.auth = auth
         self.projects = list(projects)
         self.args = list(args)
         self.env = env
@@ -124,8 +145,12 @@ class Daemon:
         with open(self.output_path, errors="replace") as f:
             return f.read()
 
-    def call(self, method, path, params=None, **kw):
-        return request(self.port, method, "/" + path.lstrip("/"), params, **kw)
+    def call(self, method, path, params=None, headers=None, **kw):
+        headers = dict(headers or {})
+        if self.auth:
+            token = base64.b64encode(":".join(self.auth).encode()).decode()
+            headers.setdefault("Authorization", "Basic " + token)
+        return request(self.port, method, "/" + path.lstrip("/"), params, headers=headers, **kw)
 
     def get(self, endpoint, params=None, **kw):
         """(HTTP status, JSON answer) of a GET."""
@@ -170,12 +195,37 @@ class Daemon:
         finally:
             self._output.close()
 
+    def job_pids(self):
+        """Pids of the jobs the daemon says are running."""
+        try:
+            return [e["pid"] for e in self.get("listjobs.json")[1]["running"]]
+        except (OSError, ValueError, KeyError):
+            return []
+
     def kill(self):
-        """Kills the daemon and every process of its session (test cleanup)."""
+        """Kills the daemon and its running jobs' process groups (cleanup)."""
         if self.process is None:
             return
         if self.process.poll() is None:
+            kill_groups(self.job_pids())
             self.process.kill()
         self.process.wait()
         if not self._output.closed:
             self._output.close()
+
+
+_SHARED = {}
+
+
+def shared(key, make, stop):
+    """One ``make()`` per test process for ``key``, stopped with ``stop`` at
+    exit: trial has no setUpClass, and starting a process per test would
+    cost more than the tests themselves."""
+    if key not in _SHARED:
+        thing = _SHARED[key] = make()
+        atexit.register(stop, thing)
+    return _SHARED[key]
+
+
+def shared_site():
+    return shared("site", TestSite, TestSite.stop)

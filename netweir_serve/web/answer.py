@@ -38,7 +38,8 @@ def write_json(request, payload, code=200):
     request.setHeader(b"content-type", JSON_TYPE)
     request.setHeader(b"cache-control", b"no-store")
     request.setHeader(b"content-length", str(len(payload)).encode("ascii"))
-    return payload
+    # HEAD: the headers of GET, and no body (twisted.web warns about one).
+    return b"" if request.method == b"HEAD" else payload
 
 
 def write_error(request, code, message, **fields):

@@ -4,7 +4,7 @@ from urllib.parse import parse_qsl
 
 from ..names import name_problem
 
-FORM_TYPE = b"application/x-www-form-urlencoded"
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 class ApiError(Exception):
@@ -43,10 +43,10 @@ class Params:
             pairs += _decode(query, "query string")
         body = request.content.read() if request.content is not None else b""
         if body:
-            kind = (request.getHeader(b"content-type") or FORM_TYPE.decode()).split(";")[0]
-            if kind.strip().lower() != FORM_TYPE.decode():
-                raise ApiError(415, f"the body must be form data ({FORM_TYPE.decode()}),"
-                                    f" not {kind.strip()!r}")
+            header = request.getHeader(b"content-type")
+            kind = header.decode("latin-1").split(";")[0].strip() if header else FORM_TYPE
+            if kind.lower() != FORM_TYPE:
+                raise ApiError(415, f"the body must be form data ({FORM_TYPE}), not {kind!r}")
             pairs += _decode(body, "request body")
         return cls(pairs)
 

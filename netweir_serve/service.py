@@ -1,0 +1,151 @@
+"""makeService: every part of the daemon built and connected in one place."""
+
+import os
+import signal
+import sys
+import threading
+
+from twisted.application import internet, service
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web import server
+
+from .dirlock import lock_directory
+from .inspect import SpiderInspector
+from .jobfiles import delete_files, files_of, read_stats
+from .jobstore import JobStore
+from .launcher import Launcher
+from .poller import Poller
+from .scheduler import Scheduler
+from .web.api import Api
+from .web.guard import GuardedResource
+from .web.limits import limit
+from .web.request import ServeRequest
+from .web.root import Root
+
+log = Logger()
+
+# Bursts of connections from dashboards and scripts wait in the kernel's
+# queue instead of being refused.
+LISTEN_BACKLOG = 1024
+
+
+class QuietSite(server.Site):
+    """A Site that logs each request at debug level, never its headers."""
+
+    def log(self, request):
+        log.debug("{method} {path} {code}", method=request.method.decode("latin-1"),
+                  path=request.path.decode("latin-1"), code=request.code)
+
+
+class ServeService(service.Service):
+    """The daemon: on start, settles what the last run left and starts jobs;
+    on stop, stops listening, cancels running jobs and waits for them."""
+
+    def __init__(self, config, reactor, lock, store, launcher, poller, inspector, listener):
+        self.config = config
+        self.reactor = reactor
+        self.lock = lock
+        self.store = store
+        self.launcher = launcher
+        self.poller = poller
+        self.inspector = inspector
+        self.listener = listener
+        self._signals = 0
+
+    def privilegedStartService(self):
+        # Binding first, so a port in use fails before any job starts.
+        self.listener.privilegedStartService()
+        super().privilegedStartService()
+
+    def startService(self):
+        super().startService()
+        self.listener.startService()
+        now = self.reactor.seconds()
+        for record in self.store.mark_running_lost(
+                now, lambda r: read_stats(files_of(self.config.directory, r).stats)):
+            log.warn("job {jobid} was running when the service stopped: marked lost",
+                     jobid=record.id)
+        prune(self.store, self.config)
+        address = self.listener._port.getHost()
+        log.info("netweir-serve listening on http://{host}:{port}/ with {dir};"
+                 " projects: {projects}; {max_jobs} job(s) at once",
+                 host=address.host, port=address.port, dir=self.config.directory,
+                 projects=", ".join(f"{p.name}={p.path}" for p in self.config.projects) or "none",
+                 max_jobs=self.config.max_jobs)
+        for warning in self.config.warnings():
+            log.warn("{warning}", warning=warning)
+        self.poller.start()
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        super().stopService()
+        yield self.listener.stopService()
+        self.poller.stop()
+        running = self.store.counts()["running"]
+        if running:
+            log.info("stopping: cancelling {n} running job(s) and waiting for them",
+                     n=running)
+        yield self.launcher.stop()
+        yield self.inspector.stop()
+        self.store.close()
+        log.info("netweir-serve stopped; waiting jobs stay queued for the next start")
+
+    def install_signal_handlers(self):
+        """Ctrl-C or SIGTERM once stops the service the careful way (jobs
+        cancelled and awaited); again while it waits, kills the jobs at
+        once so none is left unrecorded. Call once the reactor runs."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_stop_signal)
+
+    def _on_stop_signal(self, signum, frame):
+        self._signals += 1
+        if self._signals == 1:
+            self.reactor.callFromThread(self.reactor.stop)
+        else:
+            self.reactor.callFromThread(self._kill_now)
+
+    def _kill_now(self):
+        log.warn("stop asked again: killing running jobs now")
+        self.launcher.kill_all()
+
+
+def prune(store, config):
+    """Forgets finished jobs past --keep, with their files."""
+    for record in store.prune(config.keep):
+        for path in delete_files(files_of(config.directory, record)):
+            log.warn("could not delete {path} of forgotten job {jobid}",
+                     path=path, jobid=record.id)
+
+
+def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interval=5.0,
+                inspect_timeout=10.0, request_deadline=15.0, poll_interval=5.0):
+    """The whole daemon for ``config`` (a ServeConfig), on ``reactor``.
+
+    Locks ``config.directory`` first; raises DirectoryBusy if another
+    service holds it, before anything in it is touched."""
+    lock = lock_directory(config.directory)
+    store = JobStore(os.path.join(config.directory, "jobs.db"))
+    poller = None
+
+    def job_ended(record):
+        prune(store, config)
+        if poller is not None:
+            poller.poll()
+
+    launcher = Launcher(reactor, store, config.projects, config.directory, config.max_jobs,
+                        job_ended, python=python, grace=grace, stats_interval=stats_interval)
+    poller = Poller(store, launcher, reactor, interval=poll_interval)
+    scheduler = Scheduler(store, launcher, reactor, wake=poller.poll, ended=job_ended)
+    inspector = SpiderInspector(reactor, python=python, timeout=inspect_timeout)
+    api = Api(config.projects, store, scheduler, launcher, inspector, config.directory)
+    root = Root(api, config.directory)
+    site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
+                     requestFactory=ServeRequest, reactor=reactor)
+    site.displayTracebacks = False
+    factory = limit(site, reactor, deadline=request_deadline)
+    listener = internet.TCPServer(config.port, factory, interface=config.bind,
+                                  backlog=LISTEN_BACKLOG, reactor=reactor)
+    return ServeService(config, reactor, lock, store, launcher, poller, inspector, listener)

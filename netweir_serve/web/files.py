@@ -1,0 +1,114 @@
+"""Logs and items of jobs: /logs/P/S/JOB.log, /items/P/S/JOB.jl (or .jsonl).
+
+Every path segment must be a name, so no request can reach a file outside
+DIR. Files are served by twisted.web.static.File: streamed from disk, with
+Range and HEAD, and as much of a growing file as was written when asked.
+"""
+
+import os
+
+from twisted.web import static
+from twisted.web.resource import Resource
+
+from ..names import is_name
+from .answer import write_error
+
+# Exact types: scrapyd-api reads a log as text only when it is text/plain.
+LOG_TYPE = "text/plain"
+ITEMS_TYPE = "text/plain"
+
+
+class NotFound(Resource):
+    isLeaf = True
+
+    def __init__(self, message):
+        super().__init__()
+        self.message = message
+
+    def render(self, request):
+        return write_error(request, 404, self.message)
+
+
+class JobFile(static.File):
+    """One job file; a directory or a missing file is a JSON 404."""
+
+    # Nothing guessed from extensions: a job file's type is fixed.
+    contentTypes = {}
+    contentEncodings = {}
+
+    def __init__(self, path, content_type):
+        super().__init__(path, defaultType=content_type)
+
+    def render_GET(self, request):
+        if not self.isfile():
+            return NotFound("no such file (the job has not written it yet,"
+                            " or it was forgotten)").render(request)
+        return super().render_GET(request)
+
+    def getChild(self, path, request):
+        return NotFound("no such file")
+
+    def directoryListing(self):
+        return NotFound("no such file")
+
+
+class JobFiles(Resource):
+    """/logs or /items: three levels of names, then a job file."""
+
+    def __init__(self, root, suffixes, content_type, lister=None):
+        super().__init__()
+        self.root = root
+        self.suffixes = suffixes
+        self.content_type = content_type
+        self.lister = lister
+
+    def getChild(self, segment, request):
+        return _Level(self, [], segment, request)
+
+    def render(self, request):
+        if self.lister is not None:
+            return self.lister(request, self.root, [])
+        return write_error(request, 404, "no such path")
+
+
+def _Level(files, parts, segment, request):
+    """The resource for ``segment`` after the names in ``parts``."""
+    text = segment.decode("utf-8", "replace")
+    if len(parts) < 2:
+        if text == "" and files.lister is not None:
+            return _Listing(files, parts)
+        if not is_name(text):
+            return NotFound("no such path")
+        return _Folder(files, parts + [text])
+    for suffix in files.suffixes:
+        if text.endswith(suffix) and is_name(text[: -len(suffix)]):
+            stored = text[: -len(suffix)] + files.suffixes[-1]
+            return JobFile(os.path.join(files.root, *parts, stored), files.content_type)
+    if text == "" and files.lister is not None:
+        return _Listing(files, parts)
+    return NotFound("no such file")
+
+
+class _Folder(Resource):
+    def __init__(self, files, parts):
+        super().__init__()
+        self.files = files
+        self.parts = parts
+
+    def getChild(self, segment, request):
+        return _Level(self.files, self.parts, segment, request)
+
+    def render(self, request):
+        return write_error(request, 404, "no such path")
+
+
+class _Listing(Resource):
+    isLeaf = True
+
+    def __init__(self, files, parts):
+        super().__init__()
+        self.files = files
+        self.parts = parts
+
+    def render(self, request):
+        return self.files.lister(request, self.files.root, self.parts)

@@ -1,0 +1,36 @@
+"""The resource tree of the site."""
+
+import os
+
+from twisted.web.resource import Resource
+
+from .answer import write_error
+from .api import endpoints
+from .files import ITEMS_TYPE, LOG_TYPE, JobFiles
+
+
+class Root(Resource):
+    """/ and its children; anything unknown is a JSON 404."""
+
+    def __init__(self, api, directory, pages=None):
+        super().__init__()
+        for path, resource in endpoints(api).items():
+            self.putChild(path, resource)
+        self.putChild(b"logs", JobFiles(os.path.join(directory, "logs"), (".log",), LOG_TYPE))
+        self.putChild(b"items", JobFiles(os.path.join(directory, "items"),
+                                         (".jl", ".jsonl"), ITEMS_TYPE))
+        for path, resource in (pages or {}).items():
+            self.putChild(path, resource)
+
+    def getChild(self, path, request):
+        return _Unknown()
+
+    def render(self, request):
+        return write_error(request, 404, "no such endpoint")
+
+
+class _Unknown(Resource):
+    isLeaf = True
+
+    def render(self, request):
+        return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")

@@ -1,0 +1,61 @@
+"""Jobs as the API shows them: scrapyd's field names and time format."""
+
+from datetime import datetime
+
+from ..jobstore import FINISHED, PENDING, RUNNING
+
+
+def format_time(seconds):
+    """scrapyd's ``YYYY-MM-DD HH:MM:SS.ffffff`` (local time), or None."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def log_url(record):
+    return f"/logs/{record.project}/{record.spider}/{record.id}.log"
+
+
+def items_url(record):
+    return f"/items/{record.project}/{record.spider}/{record.id}.jl"
+
+
+def job_entry(record):
+    """One job of listjobs.json."""
+    entry = {
+        "id": record.id,
+        "project": record.project,
+        "spider": record.spider,
+        "log_url": log_url(record),
+        "items_url": items_url(record),
+    }
+    if record.state == PENDING:
+        entry["priority"] = record.priority
+        entry["settings"] = {k: v for k, v in record.settings}
+        entry["arguments"] = {k: v for k, v in record.arguments}
+        entry["start_time"] = None
+        entry["end_time"] = None
+    elif record.state == RUNNING:
+        entry["pid"] = record.pid
+        entry["start_time"] = format_time(record.start_time)
+        entry["end_time"] = None
+    elif record.state == FINISHED:
+        entry["start_time"] = format_time(record.start_time)
+        entry["end_time"] = format_time(record.end_time)
+        entry["outcome"] = record.outcome
+        entry["exit_status"] = record.exit_status
+    return entry
+
+
+def stats_entry(record, running_stats):
+    """The fields of jobstats.json for ``record``."""
+    stats = running_stats if record.state == RUNNING else record.stats
+    return {
+        "job": record.id,
+        "project": record.project,
+        "spider": record.spider,
+        "state": record.state,
+        "outcome": record.outcome,
+        "exit_status": record.exit_status,
+        "stats": stats,
+    }

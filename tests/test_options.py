@@ -1,0 +1,121 @@
+"""Options: every refusal is one line, exit status 2, and writes nothing."""
+
+import os
+import subprocess
+import sys
+
+from twisted.python import usage
+from twisted.trial import unittest
+
+from netweir_serve.options import ServeOptions, is_loopback
+
+from .processes import ROOT
+
+
+def parse(*argv, environ=None):
+    options = ServeOptions(environ or {})
+    options.parseOptions(list(argv))
+    return options
+
+
+class ParsingTests(unittest.TestCase):
+    def setUp(self):
+        self.base = os.path.abspath(self.mktemp())
+        os.makedirs(os.path.join(self.base, "spiders"))
+        self.file = os.path.join(self.base, "feeds.py")
+        open(self.file, "w").close()
+
+    def test_defaults(self):
+        config = parse().config()
+        self.assertEqual((config.bind, config.port, config.keep), ("127.0.0.1", 6800, 100))
+        self.assertEqual(config.max_jobs, os.cpu_count())
+        self.assertEqual(config.directory, os.path.abspath("netweir-serve"))
+        self.assertIsNone(config.credentials)
+        self.assertEqual(len(config.projects), 0)
+        self.assertIn("no --project", config.warnings()[0])
+
+    def test_bare_paths_are_named_after_directory_and_file_stem(self):
+        config = parse("--project", os.path.join(self.base, "spiders") + "/",
+                       "--project", self.file).config()
+        self.assertEqual(config.projects.names(), ["feeds", "spiders"])
+        self.assertEqual(config.projects.get("SPIDERS").path, os.path.join(self.base, "spiders"))
+
+    def test_credentials_from_the_environment(self):
+        config = parse(environ={"NETWEIR_SERVE_USERNAME": "me",
+                                "NETWEIR_SERVE_PASSWORD": "a:b"}).config()
+        self.assertEqual(config.credentials, ("me", "a:b"))
+
+    def test_exposed_bind_allowed_with_credentials_or_insecure_flag(self):
+        self.assertEqual(parse("--bind", "0.0.0.0", "--username", "u", "--password", "p")
+                         .config().warnings(), ["no --project given: there are no spiders to run"])
+        config = parse("--bind", "0.0.0.0", "--insecure-no-auth").config()
+        self.assertIn("DNS rebinding", config.warnings()[1])
+
+    def test_refusals(self):
+        cases = [
+            (["--project", "bad name=" + self.file], "not a name"),
+            (["--project", "_x=" + self.file], "not a name"),
+            (["--project", "x=" + self.base + "/missing"], "does not exist"),
+            (["--project", "Shop=" + self.file, "--project", "shop=" + self.base], "twice"),
+            (["--max-jobs", "0"], "--max-jobs must be at least 1"),
+            (["--max-jobs", "many"], "whole number"),
+            (["--keep", "-1"], "--keep must be at least 0"),
+            (["--username", "u"], "without a password"),
+            (["--password", "p"], "without a username"),
+            (["--bind", "0.0.0.0"], "--insecure-no-auth"),
+            (["--bind", "192.0.2.1"], "--insecure-no-auth"),
+            (["--port", "70000"], "at most 65535"),
+        ]
+        for argv, words in cases:
+            with self.assertRaises(usage.UsageError, msg=argv) as caught:
+                parse(*argv)
+            self.assertIn(words, str(caught.exception), argv)
+
+    def test_loopback_addresses(self):
+        for address in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
+            self.assertTrue(is_loopback(address), address)
+        for address in ("0.0.0.0", "::", "10.0.0.1", "example.org"):
+            self.assertFalse(is_loopback(address), address)
+
+
+class CommandLineTests(unittest.TestCase):
+    """The real command: refusals exit 2 with one line and create no --dir."""
+
+    def run_serve(self, *argv, env=None):
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("NETWEIR_SERVE_")}
+        environment.update(env or {})
+        return subprocess.run([sys.executable, "-m", "netweir_serve", *argv], cwd=ROOT,
+                              env=environment, capture_output=True, text=True, timeout=60)
+
+    def test_every_refusal_exits_2_and_writes_nothing(self):
+        base = os.path.abspath(self.mktemp())
+        os.makedirs(base)
+        spider = os.path.join(base, "s.py")
+        open(spider, "w").close()
+        cases = [
+            ["--project", "a b=" + spider],
+            ["--project", base + "/missing.py"],
+            ["--project", "x=" + spider, "--project", "X=" + spider],
+            ["--max-jobs", "0"],
+            ["--keep", "-3"],
+            ["--username", "u"],
+            ["--bind", "0.0.0.0"],
+        ]
+        for argv in cases + [[], []]:
+            env = None
+            if not argv:
+                argv, env = [], {"NETWEIR_SERVE_PASSWORD": "p"} if env is None else env
+            directory = os.path.join(base, "dir")
+            done = self.run_serve(*argv, "--dir", directory, env=env)
+            self.assertEqual(done.returncode, 2, (argv, done.stderr))
+            lines = done.stderr.strip().splitlines()
+            self.assertTrue(lines[0].startswith("netweir-serve: error: "), done.stderr)
+            self.assertFalse(os.path.exists(directory), argv)
+
+    def test_help_mentions_environment_for_secrets(self):
+        done = self.run_serve("--help")
+        self.assertEqual(done.returncode, 0)
+        self.assertIn("NETWEIR_SERVE_PASSWORD", done.stdout)
+        for flag in ("--project", "--bind", "--port", "--dir", "--max-jobs", "--keep",
+                     "--username", "--password", "--insecure-no-auth"):
+            self.assertIn(flag, done.stdout)
