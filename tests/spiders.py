@@ -50,9 +50,9 @@ class Slow(netweir.Spider):
     """Follows a chain of slow pages until stopped; logs each page."""
     name = "slow"
     settings = netweir.Settings(throttle=False)
-
-    async def start(self):
-        yield netweir.Request(SITE + "/slow/0?d=" + getattr(self, "delay", "0.2"))
+    # start_urls rather than start(): a crawl resumed from a checkpoint does
+    # not fetch its start URLs again.
+    start_urls = [SITE + "/slow/0?d=0.1"]
 
     async def parse(self, page):
         n = int(page.url.split("/slow/")[1].split("?")[0])
