@@ -64,9 +64,10 @@ class IScheduler(Interface):
         """Records a pending job for ``checked`` and wakes the poller.
         Returns the JobRecord. Raises DuplicateJob."""
 
-    def cancel(jobid):
+    def cancel(jobid, now=False):
         """Cancels a job: a pending one ends cancelled at once, a running one
-        is asked to stop. Returns its previous state ('pending', 'running')
+        is asked to stop (killed at once when ``now``, or when it was
+        already asked). Returns its previous state ('pending', 'running')
         or None when it is unknown or already finished."""
 
 

@@ -5,7 +5,7 @@ import os
 
 from .. import datapaths
 from ..jobstore import DuplicateJob
-from .answer import NODE_NAME, encode, write_error
+from .answer import NODE_NAME, encode, ok_body, write_error
 from .endpoint import JsonEndpoint
 from .params import ApiError
 from .views import job_entry, stats_entry
@@ -46,8 +46,18 @@ class ApiEndpoint(JsonEndpoint):
 
 
 class DaemonStatus(ApiEndpoint):
+    """Dashboards poll this: the answer is built once per change of the table."""
+
+    def __init__(self, api):
+        super().__init__(api)
+        self._body = None
+        self._generation = None
+
     def answer(self, params, request):
-        return self.api.store.counts()
+        if self._generation != self.api.store.generation:
+            self._body = ok_body(**self.api.store.counts())
+            self._generation = self.api.store.generation
+        return self._body
 
 
 class ListProjects(ApiEndpoint):
