@@ -50,14 +50,14 @@ class DaemonStatus(ApiEndpoint):
 
     def __init__(self, api):
         super().__init__(api)
-        self._body = None
+        self._answer = None
         self._generation = None
 
     def answer(self, params, request):
         if self._generation != self.api.store.generation:
-            self._body = ok_body(**self.api.store.counts())
+            self._answer = ok_body(**self.api.store.counts())
             self._generation = self.api.store.generation
-        return self._body
+        return self._answer
 
 
 class ListProjects(ApiEndpoint):
