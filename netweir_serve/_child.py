@@ -1,0 +1,753 @@
+"""What runs in the processes that read a project's spider files.
+
+This is the only module of netweir-serve that imports ``netweir``: the
+daemon never loads a spider file into its own process, since a file may do
+anything when it is imported (crash, hang, print, call ``os._exit``).
+Checked against netweir 0.4.0. What it relies on: the fields of
+``netweir.Settings`` with their types as annotation strings, the rules by
+which ``netweir crawl -s`` reads values, ``Settings.__post_init__`` raising
+ValueError, ``netweir.Client(profile=...)`` raising ValueError for an
+unknown profile, and the name the crawl gives a spider file's module.
+
+It runs in one of two modes, chosen by the first command-line argument:
+
+``once``
+    Reads one request (JSON) from stdin, answers it on stdout and exits.
+    One fresh process per request: slow (netweir is imported each time) but
+    simple.
+``warm``
+    Imports netweir once, then reads requests (JSON lines, each with an
+    ``id``) from stdin and forks a fresh child for each: the child imports
+    the project's files, answers, and exits. The helper relays each answer
+    as a JSON line with the request's ``id``, and kills a child that is
+    still running past the request's ``timeout``. Closing its stdin stops
+    it, with every child it still has.
+
+Requests: ``{"op": "list", "project": {"name": N, "path": P}}`` and
+``{"op": "check", "project": ..., "spider": S, "settings": [[K, V], ...],
+"arguments": [[NAME, VALUE], ...]}``, with ``"timeout": SECONDS`` and, in
+warm mode, ``"id"``; ``{"op": "cancel", "id": ID}`` kills a warm child.
+
+Answers: ``{"ok": true, "result": ...}``; ``{"ok": false, "error": MESSAGE}``
+(a message for the user); ``{"ok": false, "timeout": true}``; or
+``{"ok": false, "died": HOW, "stderr": TEXT}`` when a child exited without
+answering.
+
+Files may print: the answer channel is a copy of the original stdout, taken
+before any spider file runs, and fd 1 then points at /dev/null.
+"""
+
+import dataclasses
+import gc
+import importlib.util
+import json
+import math
+import os
+import selectors
+import signal
+import sys
+import time
+
+import netweir  # checked against netweir 0.4.0
+
+from .projects import Project
+
+# A sentence about an exception is for a person to read: a huge str() (a
+# whole response body, say) would only bury the point.
+MAX_EXCEPTION_TEXT = 500
+# The most a child may answer; past it the answer is refused, not relayed.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# How much of a child's stderr is kept for a "died without answering" report.
+STDERR_TAIL_BYTES = 16 * 1024
+# Seconds past its timeout after which a warm child kills itself, in case
+# the helper that should have killed it is gone.
+BACKSTOP_SECONDS = 5
+
+_TOO_LARGE = "the answer about the project's spiders is too large"
+
+
+class Refusal(Exception):
+    """A reason, worded for the person who asked, why a listing or check
+    cannot be answered with a result."""
+
+
+# --- reading spider files ---------------------------------------------------
+
+
+def _module_name(path):
+    # The prefix the crawl itself gives a spider file's module, so a file
+    # sees the same __name__ here as when it runs; never a name a sibling
+    # file could be imported under.
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return "netweir_spider_" + "".join(c if c.isalnum() else "_" for c in stem)
+
+
+def _run_file(path):
+    """Executes the spider file at ``path`` as a fresh module and returns it.
+
+    The source is compiled from the file itself, never from a cached .pyc,
+    so an edit made within the same second as the last read is seen."""
+    name = _module_name(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    with open(path, "rb") as source_file:
+        source = source_file.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    # Registered before it runs: dataclasses and pickle look a class's
+    # module up by name while the file is still executing.
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def _exception_text(exc):
+    """The message of ``exc``, cut to a readable length; may be empty."""
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "(its message could not be read)"
+    if len(text) > MAX_EXCEPTION_TEXT:
+        text = text[:MAX_EXCEPTION_TEXT] + "..."
+    return text
+
+
+def _describe_exception(exc):
+    """``Type: message``, or ``Type`` for an exception without a message."""
+    text = _exception_text(exc)
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def _where_raised(exc, workdir):
+    """`` (in FILE line N)`` for the innermost frame of ``exc`` outside this
+    module, FILE relative to ``workdir`` when inside it; or ``""``."""
+    frame_file, line = None, None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename != __file__:
+            frame_file, line = filename, tb.tb_lineno
+        tb = tb.tb_next
+    if frame_file is None:
+        return ""
+    inside = frame_file.startswith(os.path.join(workdir, ""))
+    shown = os.path.relpath(frame_file, workdir) if inside else frame_file
+    return f" (in {shown} line {line})"
+
+
+def _import_failure(path, exc, workdir):
+    return (
+        f"{os.path.basename(path)} failed to import: {_describe_exception(exc)}"
+        f"{_where_raised(exc, workdir)}"
+    )
+
+
+def _spider_classes(module):
+    """The netweir.Spider subclasses ``module`` defines itself: a class it
+    merely imports (netweir's own bases among them) has another
+    ``__module__``."""
+    return [
+        value
+        for value in list(vars(module).values())
+        if isinstance(value, type)
+        and value.__module__ == module.__name__
+        and issubclass(value, netweir.Spider)
+    ]
+
+
+def _spider_name(cls):
+    """The name ``netweir crawl --spider`` knows a spider by."""
+    name = getattr(cls, "name", None)
+    return name if isinstance(name, str) and name else cls.__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    name: str
+    cls: type
+    path: str
+
+    def where(self):
+        return f"{self.cls.__name__} in {os.path.basename(self.path)}"
+
+
+def _enter(project):
+    """Makes this process look like a crawl of ``project``: its folder is
+    the working directory and first on sys.path, so files can import the
+    files and helpers beside them. Raises Refusal if the project is gone."""
+    if not os.path.exists(project.path):
+        raise Refusal(f"project {project.name!r}: {project.path} no longer exists")
+    os.chdir(project.workdir)
+    sys.path.insert(0, project.workdir)
+    # A listing must leave the user's folders as it found them.
+    sys.dont_write_bytecode = True
+
+
+def _load_project(project):
+    """Every spider of ``project``, by name. Raises Refusal naming every
+    file that fails to import, or a name that two spiders share."""
+    found, failures = [], []
+    for path in project.spider_files():
+        try:
+            module = _run_file(path)
+            found.extend(_Found(_spider_name(c), c, path) for c in _spider_classes(module))
+        except BaseException as exc:  # a file may even raise SystemExit
+            failures.append(_import_failure(path, exc, project.workdir))
+    if failures:
+        raise Refusal("; ".join(failures))
+    by_name = {}
+    for spider in found:
+        other = by_name.get(spider.name)
+        if other is not None:
+            raise Refusal(
+                f"spider name {spider.name!r} is used by both {other.where()} and"
+                f" {spider.where()}: each spider of a project needs a name of its own"
+            )
+        by_name[spider.name] = spider
+    return by_name
+
+
+def list_spiders(project):
+    """The sorted names of ``project``'s spiders; raises Refusal."""
+    return sorted(_load_project(project))
+
+
+# --- checking a job -----------------------------------------------------------
+
+
+def _find_spider(project, spiders, name):
+    spider = spiders.get(name)
+    if spider is None:
+        known = ", ".join(sorted(spiders))
+        listing = f"its spiders are: {known}" if known else "it has no spiders"
+        raise Refusal(f"project {project.name!r} has no spider {name!r}; {listing}")
+    # The crawl picks a class in the file by class name or by name, so a
+    # second class answering to this name would make it refuse to start.
+    rivals = [
+        s for s in spiders.values()
+        if s.path == spider.path and s is not spider
+        and (s.cls.__name__ == name or getattr(s.cls, "name", None) == name)
+    ]
+    if rivals:
+        classes = ", ".join(s.cls.__name__ for s in [spider, *rivals])
+        raise Refusal(
+            f"spider {name!r} is ambiguous: in {os.path.basename(spider.path)},"
+            f" netweir crawl --spider {name} would match each of {classes}"
+        )
+    return spider
+
+
+def settings_fields():
+    """netweir.Settings' fields by name."""
+    return {field.name: field for field in dataclasses.fields(netweir.Settings)}
+
+
+def _unknown_setting(key, fields):
+    hint = ""
+    if key.isupper():
+        hint = " (Scrapy's setting names aren't translated)"
+    known = ", ".join(sorted(fields))
+    return Refusal(f"unknown setting {key!r}{hint}; Netweir's settings are: {known}")
+
+
+_TRUE_WORDS = ("true", "1", "yes")
+_BOOL_WORDS = ("true", "false", "1", "0", "yes", "no")
+
+
+def parse_setting_value(key, raw, annotation):
+    """``raw`` as a value of a setting annotated ``annotation`` (a string
+    such as ``"int | None"``), by the rules of ``netweir crawl -s``; raises
+    Refusal naming the setting and the value."""
+    kind = annotation
+    if kind.endswith(" | None"):
+        if raw.lower() == "none":
+            return None
+        kind = kind[: -len(" | None")]
+    if key == "http_auth":
+        # Split at the first colon, as curl -u does: a password may hold
+        # colons. Never echoed: it is a password.
+        user, colon, password = raw.partition(":")
+        if not colon:
+            raise Refusal("setting http_auth takes user:password")
+        return (user, password)
+    if kind.startswith("bool |"):
+        # verify: true or false, or else a CA file's path.
+        return raw.lower() == "true" if raw.lower() in ("true", "false") else raw
+    if kind == "bool":
+        if raw.lower() not in _BOOL_WORDS:
+            raise Refusal(f"setting {key} takes true or false, not {raw!r}")
+        return raw.lower() in _TRUE_WORDS
+    if kind == "int":
+        return _number(key, raw, int, "a whole number")
+    if kind == "float":
+        return _number(key, raw, float, "a number")
+    if kind.startswith("tuple"):
+        parts = tuple(part.strip() for part in raw.split(",") if part.strip())
+        if kind.startswith("tuple[int"):
+            what = "whole numbers, such as 500,503"
+            return tuple(_number(key, part, int, what) for part in parts)
+        return parts
+    return raw
+
+
+def _number(key, raw, kind, what):
+    try:
+        return kind(raw)
+    except ValueError:
+        raise Refusal(f"setting {key} takes {what}, not {raw!r}") from None
+
+
+def _parse_settings(pairs, fields):
+    """The overrides ``pairs`` ask for, by name (a later pair wins, as with
+    repeated ``-s``); raises Refusal for a malformed or unknown one."""
+    overrides = {}
+    for key, raw in pairs:
+        if raw is None:
+            raise Refusal(f"setting {key!r} has no value: give it as setting=KEY=VALUE")
+        if not key:
+            raise Refusal(f"setting {'=' + raw!r} has no name: give it as setting=KEY=VALUE")
+        if key not in fields:
+            raise _unknown_setting(key, fields)
+        overrides[key] = parse_setting_value(key, raw, str(fields[key].type))
+    return overrides
+
+
+def _login_from_environment(base, overrides, fields):
+    # The crawl fills http_auth in from $NETWEIR_HTTP_AUTH for a spider with
+    # an http_auth_domain and no login; without the same here, such a job
+    # would be refused for a login it will in fact have.
+    login = os.environ.get("NETWEIR_HTTP_AUTH")
+    if not login or "http_auth" in overrides or not isinstance(base, netweir.Settings):
+        return
+    domain = overrides.get("http_auth_domain", base.http_auth_domain)
+    if domain and base.http_auth is None:
+        overrides["http_auth"] = parse_setting_value(
+            "http_auth", login, str(fields["http_auth"].type)
+        )
+
+
+def _check_profile(profile):
+    """Raises Refusal if ``profile`` is no browser netweir can look like.
+    Through the public Client, which checks the profile when it is made."""
+    try:
+        netweir.Client(profile=profile)
+    except ValueError as exc:
+        raise Refusal(f"setting profile: {_exception_text(exc)}") from None
+
+
+def _apply_settings(spider, overrides):
+    """The spider's own settings with ``overrides`` on top, checked as the
+    crawl checks them when it starts; raises Refusal."""
+    try:
+        settings = dataclasses.replace(spider.cls.settings, **overrides)
+    except Exception as exc:
+        given = f" with {', '.join(overrides)} set" if overrides else ""
+        raise Refusal(
+            f"spider {spider.name!r} can't run{given}:"
+            f" {_exception_text(exc) or _describe_exception(exc)}"
+        ) from None
+    if "profile" in overrides:
+        _check_profile(settings.profile)
+    return settings
+
+
+def argument_problem(name):
+    """Why ``name`` can't be a spider argument, or None."""
+    if not isinstance(name, str) or not name.isidentifier():
+        return (
+            f"spider argument {name!r} is not a Python identifier: use letters,"
+            " digits and _, not starting with a digit"
+        )
+    if name.startswith("_"):
+        return f"spider argument {name!r} starts with _: such names are the spider's own business"
+    if hasattr(netweir.Spider, name):
+        hint = "; give settings as setting=KEY=VALUE" if name == "settings" else ""
+        return (
+            f"spider argument {name!r} is already an attribute of netweir.Spider: an"
+            f" argument gives the spider data, not a new way to behave{hint}"
+        )
+    return None
+
+
+def _check_arguments(pairs):
+    seen = set()
+    for name, _value in pairs:
+        problem = argument_problem(name)
+        if problem:
+            raise Refusal(problem)
+        if name in seen:
+            raise Refusal(f"spider argument {name!r} is given twice")
+        seen.add(name)
+
+
+def check_job(project, spider_name, setting_pairs, argument_pairs):
+    """``{"spider": NAME, "file": PATH}`` if the job could start; raises
+    Refusal saying what would stop it."""
+    spider = _find_spider(project, _load_project(project), spider_name)
+    fields = settings_fields()
+    overrides = _parse_settings(setting_pairs, fields)
+    _login_from_environment(spider.cls.settings, overrides, fields)
+    _apply_settings(spider, overrides)
+    _check_arguments(argument_pairs)
+    return {"spider": spider.name, "file": spider.path}
+
+
+def answer(request):
+    """The answer to one request, computed in this process. Never raises:
+    anything a spider file does ends up as an error answer."""
+    try:
+        project = Project(name=request["project"]["name"], path=request["project"]["path"])
+        _enter(project)
+        if request["op"] == "list":
+            return {"ok": True, "result": list_spiders(project)}
+        if request["op"] == "check":
+            result = check_job(
+                project, request["spider"], request["settings"], request["arguments"]
+            )
+            return {"ok": True, "result": result}
+        return {"ok": False, "error": f"unknown request {request['op']!r}"}
+    except Refusal as refusal:
+        return {"ok": False, "error": str(refusal)}
+    except BaseException as exc:
+        return {"ok": False, "error": f"reading the project failed: {_describe_exception(exc)}"}
+
+
+# --- process plumbing ---------------------------------------------------------
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _encode(message):
+    return json.dumps(message).encode("utf-8") + b"\n"
+
+
+def _take_stdout():
+    """A private copy of stdout to answer on; fd 1 then points at /dev/null,
+    so whatever a spider file prints can't garble an answer."""
+    answers_fd = os.dup(1)
+    _point_at_devnull(1, os.O_WRONLY)
+    return answers_fd
+
+
+def _point_at_devnull(fd, flags):
+    devnull = os.open(os.devnull, flags)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _leave():
+    """Ends this reading process and anything a spider file started in its
+    process group: a file may leave threads or processes behind."""
+    for stream in (sys.stderr, sys.stdout):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _serve_once(answers_fd):
+    """``once`` mode: one request from stdin, one answer, then exit."""
+    try:
+        if hasattr(os, "setsid"):
+            # A group of its own, so the daemon can kill it with whatever a
+            # spider file started.
+            os.setsid()
+        request = json.loads(sys.stdin.buffer.read())
+        _point_at_devnull(0, os.O_RDONLY)
+        _write_all(answers_fd, _encode(answer(request)))
+    finally:
+        _leave()
+
+
+class _Child:
+    """A forked child of the warm helper, and what it has said so far."""
+
+    def __init__(self, request_id, pid, answer_fd, stderr_fd, deadline):
+        self.request_id = request_id
+        self.pid = pid
+        self.answer_fd = answer_fd
+        self.stderr_fd = stderr_fd
+        self.deadline = deadline
+        self.answer = bytearray()
+        self.stderr = bytearray()
+
+
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        # Not yet in a group of its own: just the child.
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _how_it_ended(status):
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"it was killed by {name}"
+    return f"it exited with status {code}"
+
+
+def _parent_death_signal():
+    """A function that makes the calling process die with its parent, or
+    None where there is none (Linux only). Looked up once in the helper:
+    loading ctypes in every fork would cost milliseconds each time."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    PR_SET_PDEATHSIG = 1
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _WarmHelper:
+    """``warm`` mode: forks a reader per request, relays answers, enforces
+    timeouts. Single-threaded; blocks only on its selector."""
+
+    def __init__(self, answers_fd):
+        self.answers_fd = answers_fd
+        self.selector = selectors.DefaultSelector()
+        self.inbox = bytearray()
+        self.children = {}
+        # Killed children not yet reaped: reaping waits for an exit to
+        # finish, which is no reason to hold an answer back.
+        self.dying = []
+        self.die_with_parent = _parent_death_signal()
+
+    def run(self):
+        os.set_blocking(0, False)
+        self.selector.register(0, selectors.EVENT_READ, None)
+        while True:
+            for key, _events in self.selector.select(self._seconds_to_next_deadline()):
+                if key.data is None:
+                    if not self._read_requests():
+                        self._kill_everything()
+                        return
+                else:
+                    self._read_child(key.fd, *key.data)
+            self._expire()
+            self._reap_dying()
+
+    def _seconds_to_next_deadline(self):
+        waits = [child.deadline - _now() for child in self.children.values()]
+        if self.dying:
+            waits.append(0.05)
+        return max(0.0, min(waits)) if waits else None
+
+    def _read_requests(self):
+        """False once the daemon has closed our stdin: time to go."""
+        try:
+            data = os.read(0, 65536)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        self.inbox += data
+        while b"\n" in self.inbox:
+            line, _, rest = bytes(self.inbox).partition(b"\n")
+            self.inbox = bytearray(rest)
+            self._handle(json.loads(line))
+        return True
+
+    def _handle(self, request):
+        if request.get("op") == "cancel":
+            child = self.children.get(request["id"])
+            if child is not None:
+                self._end(child)
+            return
+        self._fork(request)
+
+    def _fork(self, request):
+        answer_r, answer_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        sys.stderr.flush()
+        helper_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(answer_r)
+                os.close(stderr_r)
+                self._become_reader(helper_pid, stderr_w, request["timeout"])
+                _write_all(answer_w, _encode(answer(request)))
+            finally:
+                _leave()
+        os.close(answer_w)
+        os.close(stderr_w)
+        child = _Child(request["id"], pid, answer_r, stderr_r, _now() + request["timeout"])
+        self.children[child.request_id] = child
+        self.selector.register(answer_r, selectors.EVENT_READ, (child, "answer"))
+        self.selector.register(stderr_r, selectors.EVENT_READ, (child, "stderr"))
+
+    def _become_reader(self, helper_pid, stderr_w, timeout):
+        """In a fresh fork: let go of the helper's pipes and children, take
+        a process group of its own, and arrange to die if abandoned."""
+        os.setsid()
+        if self.die_with_parent is not None:
+            self.die_with_parent()
+        if os.getppid() != helper_pid:
+            # The helper died before the line above took effect.
+            os._exit(1)
+        signal.alarm(math.ceil(timeout) + BACKSTOP_SECONDS)
+        # Closing, not unregistering: the epoll set is shared with the helper.
+        os.close(self.selector.fileno())
+        os.close(self.answers_fd)
+        for other in self.children.values():
+            for fd in (other.answer_fd, other.stderr_fd):
+                if fd is not None:
+                    os.close(fd)
+        _point_at_devnull(0, os.O_RDONLY)
+        os.dup2(stderr_w, 2)
+        os.close(stderr_w)
+
+    def _read_child(self, fd, child, which):
+        if getattr(child, which + "_fd") != fd:
+            # Closed by an earlier event of the same select() round.
+            return
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if which == "stderr":
+            if data:
+                child.stderr += data
+                del child.stderr[:-STDERR_TAIL_BYTES]
+            else:
+                self._close(child, "stderr_fd")
+            return
+        if not data:
+            self._end(child, self._died(child))
+            return
+        child.answer += data
+        if len(child.answer) > MAX_ANSWER_BYTES:
+            self._end(child, {"ok": False, "error": _TOO_LARGE})
+        elif child.answer.endswith(b"\n"):
+            # Relayed as soon as it is whole, without waiting for the child
+            # to finish exiting.
+            try:
+                reply = json.loads(bytes(child.answer))
+            except ValueError:
+                return
+            self._end(child, reply)
+
+    def _died(self, child):
+        """The answer for a child that closed its answer pipe without a
+        whole answer: how it ended and the last of its stderr."""
+        _kill_group(child.pid)
+        _pid, status = os.waitpid(child.pid, 0)
+        child.pid = None
+        self._drain_stderr(child)
+        return {
+            "ok": False,
+            "died": _how_it_ended(status),
+            "stderr": bytes(child.stderr).decode("utf-8", "replace"),
+        }
+
+    def _drain_stderr(self, child):
+        # The child is dead: what it wrote is already in the pipe, so a
+        # non-blocking read gets all of it, even if a grandchild holds the pipe.
+        if child.stderr_fd is None:
+            return
+        os.set_blocking(child.stderr_fd, False)
+        while True:
+            try:
+                data = os.read(child.stderr_fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            child.stderr += data
+            del child.stderr[:-STDERR_TAIL_BYTES]
+
+    def _expire(self):
+        now = _now()
+        for child in list(self.children.values()):
+            if child.deadline <= now:
+                self._end(child, {"ok": False, "timeout": True})
+
+    def _end(self, child, reply=None):
+        """Forgets ``child``: kills its process group, sends ``reply`` if
+        any, and reaps it once it has gone."""
+        self.children.pop(child.request_id, None)
+        self._close(child, "answer_fd")
+        self._close(child, "stderr_fd")
+        if child.pid is not None:
+            _kill_group(child.pid)
+            self.dying.append(child.pid)
+            child.pid = None
+        if reply is not None:
+            self._reply(child.request_id, reply)
+        self._reap_dying()
+
+    def _reap_dying(self, block=False):
+        for pid in list(self.dying):
+            try:
+                reaped, _status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                reaped = pid
+            if reaped:
+                self.dying.remove(pid)
+
+    def _close(self, child, attribute):
+        fd = getattr(child, attribute)
+        if fd is not None:
+            self.selector.unregister(fd)
+            os.close(fd)
+            setattr(child, attribute, None)
+
+    def _reply(self, request_id, reply):
+        reply["id"] = request_id
+        try:
+            _write_all(self.answers_fd, _encode(reply))
+        except BrokenPipeError:
+            # The daemon is gone; the next read of stdin ends this loop.
+            pass
+
+    def _kill_everything(self):
+        for child in list(self.children.values()):
+            self._end(child)
+        self._reap_dying(block=True)
+
+
+def _now():
+    return time.monotonic()
+
+
+def _serve_warm(answers_fd):
+    if hasattr(os, "setsid"):
+        # Away from the daemon's terminal: a Ctrl-C there is the daemon's
+        # to handle, and it stops this helper by closing its stdin.
+        os.setsid()
+    # Everything imported so far stays shared with the forks, untouched by
+    # their garbage collector, instead of being copied into each.
+    gc.freeze()
+    _WarmHelper(answers_fd).run()
+
+
+def main(argv):
+    """Entry point: ``argv`` is ``["once"]`` or ``["warm"]``."""
+    answers_fd = _take_stdout()
+    if argv == ["warm"]:
+        _serve_warm(answers_fd)
+    elif argv == ["once"]:
+        _serve_once(answers_fd)
+    else:
+        sys.exit(f"usage: {__name__} once|warm")
