@@ -85,3 +85,13 @@ def resolve_settings(data_dir, settings):
             value = resolve(data_dir, key, value)
         resolved.append((key, value))
     return resolved
+
+
+def prepare(data_dir, key, value):
+    """``resolve``, then make the folders the path goes in (all inside
+    ``data_dir``), since the crawl refuses a warc or har file whose folder
+    does not exist. Returns what ``resolve`` returns."""
+    path = resolve(data_dir, key, value)
+    if not means_none(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    return path

@@ -44,7 +44,7 @@ def crawl_command(python, record, files, data_dir):
     for key, value in record.settings:
         if key in datapaths.PATH_SETTINGS:
             try:
-                value = datapaths.resolve(data_dir, key, value)
+                value = datapaths.prepare(data_dir, key, value)
             except ValueError as e:
                 raise StartRefused(str(e)) from None
         argv.append(f"--set={key}={value}")

@@ -129,7 +129,7 @@ class Schedule(ApiEndpoint):
         for key, value in settings:
             if key in datapaths.PATH_SETTINGS:
                 try:
-                    datapaths.resolve(data_dir, key, value)
+                    datapaths.prepare(data_dir, key, value)
                 except ValueError as e:
                     raise ApiError(400, str(e)) from None
         d = api.inspector.checkJob(project, spider, settings, arguments, data_dir)
