@@ -20,6 +20,8 @@ from .scheduler import Scheduler
 from .web.api import Api
 from .web.guard import GuardedResource
 from .web.limits import limit
+from .web.listings import listers
+from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
 
@@ -141,7 +143,7 @@ def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interv
     scheduler = Scheduler(store, launcher, reactor, wake=poller.poll, ended=job_ended)
     inspector = SpiderInspector(reactor, python=python, timeout=inspect_timeout)
     api = Api(config.projects, store, scheduler, launcher, inspector, config.directory)
-    root = Root(api, config.directory)
+    root = Root(api, config.directory, pages=site_pages(api), listers=listers())
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
                      requestFactory=ServeRequest, reactor=reactor)
     site.displayTracebacks = False

@@ -7,18 +7,24 @@ from twisted.web.resource import Resource
 from .answer import write_error
 from .api import endpoints
 from .files import ITEMS_TYPE, LOG_TYPE, JobFiles
+from .listings import listed
 
 
 class Root(Resource):
-    """/ and its children; anything unknown is a JSON 404."""
+    """/ and its children; anything unknown is a JSON 404. ``pages`` adds
+    children ({segment: resource}); ``listers`` ({b"logs" or b"items":
+    lister}) lists the folders of those trees."""
 
-    def __init__(self, api, directory, pages=None):
+    def __init__(self, api, directory, pages=None, listers=None):
         super().__init__()
+        listers = listers or {}
         for path, resource in endpoints(api).items():
             self.putChild(path, resource)
-        self.putChild(b"logs", JobFiles(os.path.join(directory, "logs"), (".log",), LOG_TYPE))
-        self.putChild(b"items", JobFiles(os.path.join(directory, "items"),
-                                         (".jl", ".jsonl"), ITEMS_TYPE))
+        self.putChild(b"logs", listed(JobFiles(os.path.join(directory, "logs"), (".log",),
+                                               LOG_TYPE, listers.get(b"logs"))))
+        self.putChild(b"items", listed(JobFiles(os.path.join(directory, "items"),
+                                                (".jl", ".jsonl"), ITEMS_TYPE,
+                                                listers.get(b"items"))))
         for path, resource in (pages or {}).items():
             self.putChild(path, resource)
 

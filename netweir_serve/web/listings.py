@@ -1,0 +1,184 @@
+"""Directory listings of /logs/P/, /logs/P/S/ and the same under /items/.
+
+ScrapydWeb reads them with a regular expression and scrapyd-api by
+position (``table tbody tr``, then the first to fourth ``td``), both
+written against the listing of Twisted's ``static.File``, which is what
+scrapyd serves. So each row keeps that shape, one cell a line:
+
+    <tr class="odd">
+        <td><a href="NAME">NAME</a></td>
+        <td>SIZE</td>
+        <td>[TYPE]</td>
+        <td>ENCODING</td>
+    </tr>
+
+and the title and heading say ``Directory listing for /logs/P/S/``.
+
+Only what the service keeps is listed: folders whose names pass the name
+rule, and job files. An items file is stored as JOB.jsonl and listed as
+JOB.jl, the name listjobs.json gives as its ``items_url``: one row per job,
+and the file name less its extension is the job id, as dashboards expect.
+
+The top level (/logs/, /items/) is not listed unless ``top_level`` is set:
+the service's endpoint table has no such path and its conformance suite
+expects a 404 there.
+"""
+
+import os
+from html import escape
+from urllib.parse import quote
+
+from twisted.web.resource import Resource
+from twisted.web.util import redirectTo
+
+from ..names import is_name
+from .answer import write_error
+from .pages import document, refuse_method, write_html
+
+
+class Kind:
+    """What one tree keeps: job files named JOB + ``stored``, listed as
+    JOB + ``shown`` with ``content_type``."""
+
+    def __init__(self, stored, shown, content_type):
+        self.stored = stored
+        self.shown = shown
+        self.content_type = content_type
+
+
+LOGS = Kind(".log", ".log", "text/plain")
+ITEMS = Kind(".jsonl", ".jl", "text/plain")
+
+
+def file_size(size):
+    """A size as Twisted's listing writes it: whole B, K, M or G."""
+    for unit, scale in (("B", 1), ("K", 1 << 10), ("M", 1 << 20)):
+        if size < scale << 10:
+            return f"{size // scale}{unit}"
+    return f"{size // (1 << 30)}G"
+
+
+def folder_rows(directory):
+    """(name, href, size, type) of each folder in ``directory``."""
+    rows = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if is_name(entry.name) and entry.is_dir(follow_symlinks=False):
+                rows.append((entry.name + "/", entry.name + "/", "", "[Directory]"))
+    return sorted(rows)
+
+
+def file_rows(directory, kind):
+    """(name, href, size, type) of each job file in ``directory``."""
+    rows = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            job = entry.name[: -len(kind.stored)]
+            if not (entry.name.endswith(kind.stored) and is_name(job)):
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue  # forgotten (deleted) while listing
+            shown = job + kind.shown
+            rows.append((shown, shown, file_size(size), f"[{kind.content_type}]"))
+    return sorted(rows)
+
+
+def listing_html(path, rows):
+    """The listing page of ``path`` (the URL path) with ``rows``."""
+    lines = "".join(
+        f'<tr class="{"odd" if n % 2 == 0 else "even"}">\n'
+        f'    <td><a href="{escape(quote(href))}">{escape(name)}</a></td>\n'
+        f"    <td>{escape(size)}</td>\n"
+        f"    <td>{escape(kind)}</td>\n"
+        "    <td></td>\n"
+        "</tr>\n"
+        for n, (name, href, size, kind) in enumerate(rows))
+    header = f"Directory listing for {path}"
+    body = (f"<h1>{escape(header)}</h1>\n<table>\n<thead>\n<tr>\n"
+            "    <th>Filename</th>\n    <th>Size</th>\n    <th>Content type</th>\n"
+            f"    <th>Content encoding</th>\n</tr>\n</thead>\n<tbody>\n{lines}</tbody>\n"
+            "</table>\n")
+    return document(header, body)
+
+
+class DirectoryLister:
+    """The ``lister`` of a JobFiles tree of ``kind`` (LOGS or ITEMS):
+    called with the request, the tree's root folder and the names in the
+    path (none, project, or project and spider).
+
+    Listing runs on the reactor thread: a spider's folder holds at most
+    --keep job files, so reading it costs about as much as a stat each."""
+
+    def __init__(self, kind, top_level=False):
+        self.kind = kind
+        self.top_level = top_level
+
+    def __call__(self, request, root, parts):
+        if not parts and not self.top_level:
+            return write_error(request, 404, "no such path")
+        refused = refuse_method(request)
+        if refused is not None:
+            return refused
+        directory = os.path.join(root, *parts)
+        if not os.path.isdir(directory):
+            return write_error(request, 404, "no such path (no job of that project or"
+                               " spider has written here, or they were all forgotten)")
+        path = request.path.decode("utf-8", "replace")
+        if not path.endswith("/"):
+            # As static.File does: the listing's links are relative to it.
+            body = redirectTo(_with_slash(request), request)
+            request.setHeader(b"content-length", str(len(body)).encode("ascii"))
+            return b"" if request.method == b"HEAD" else body
+        try:
+            rows = (file_rows(directory, self.kind) if len(parts) == 2
+                    else folder_rows(directory))
+        except OSError:
+            return write_error(request, 404, "no such path")
+        return write_html(request, listing_html(path, rows))
+
+
+def _with_slash(request):
+    # request.path, not request.uri: it has doubled leading slashes folded.
+    query = request.uri.partition(b"?")[2]
+    return request.path + b"/" + (b"?" + query if query else b"")
+
+
+class SlashFolders(Resource):
+    """A JobFiles tree whose folders, asked without their trailing slash
+    (/logs/P, /logs/P/S), reach the lister, which redirects them: JobFiles
+    itself answers 404 for a folder and calls the lister only for P/ and
+    P/S/. Everything else is the tree's own answer."""
+
+    def __init__(self, tree, files, parts=()):
+        super().__init__()
+        self.tree = tree
+        self.files = files
+        self.parts = list(parts)
+
+    def getChild(self, segment, request):
+        child = self.tree.getChildWithDefault(segment, request)
+        name = segment.decode("utf-8", "replace")
+        if len(self.parts) < 2 and is_name(name):
+            return SlashFolders(child, self.files, self.parts + [name])
+        return child
+
+    def render(self, request):
+        return self.files.lister(request, self.files.root, self.parts)
+
+
+def listed(files):
+    """``files`` (a JobFiles) as mounted in the site: wrapped by
+    SlashFolders when it has a lister, unchanged otherwise."""
+    if files.lister is None:
+        return files
+    return SlashFolders(files, files)
+
+
+def listers(top_level=False):
+    """{tree: lister} for Root's ``listers``."""
+    return {b"logs": DirectoryLister(LOGS, top_level),
+            b"items": DirectoryLister(ITEMS, top_level)}

@@ -1,0 +1,216 @@
+"""The HTML pages: / (home) and /jobs (scrapyd's jobs page).
+
+Dashboards read these, not people alone: ScrapydWeb refuses to start
+unless ``GET /`` answers 200, and reads /jobs with a regular expression
+(its jobs page, monitor and alerts), so /jobs keeps the markup of
+scrapyd 1.6's: an ``<h1>Jobs</h1>``, one table, a ``<th colspan>`` row
+opening each section, and per job one ``<tr>`` whose ``<td>`` cells, each
+on a line of its own, are Project, Spider, Job, PID, Start, Runtime,
+Finish, Log, Items. The job's outcome is a tenth cell after Items, which
+that regular expression skips. Every value is escaped.
+"""
+
+import time
+from datetime import datetime
+from html import escape
+from urllib.parse import quote
+
+from twisted.web.resource import Resource
+
+from .. import __version__
+from ..jobstore import FINISHED, RUNNING
+from .answer import write_error
+from .views import items_url, log_url
+
+HTML_TYPE = b"text/html; charset=utf-8"
+
+# scrapyd's Start and Finish cells: whole seconds, local time. ScrapydWeb
+# parses them with this format and fails on microseconds.
+PAGE_TIME = "%Y-%m-%d %H:%M:%S"
+
+COLUMNS = ("Project", "Spider", "Job", "PID", "Start", "Runtime", "Finish", "Log", "Items",
+           "Outcome")
+
+_STYLE = """body { font-family: system-ui, sans-serif; margin: 1rem 2rem; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #bbb; padding: .3rem .6rem; text-align: left; }
+code { background: #f3f3f3; }"""
+
+# (path, method, parameters, whether a plain GET link works)
+ENDPOINTS = (
+    ("daemonstatus.json", "GET", "", True),
+    ("listprojects.json", "GET", "", True),
+    ("listspiders.json", "GET", "project", False),
+    ("listjobs.json", "GET", "project (optional)", True),
+    ("status.json", "GET", "job, project (optional)", False),
+    ("jobstats.json", "GET", "job", False),
+    ("listversions.json", "GET", "project (always no versions)", False),
+    ("schedule.json", "POST", "project, spider, setting, jobid, priority, spider arguments", False),
+    ("cancel.json", "POST", "project, job, signal (optional)", False),
+)
+
+
+def write_html(request, text, code=200):
+    """Sets the code and headers for the page ``text`` and returns its
+    bytes, for ``render`` to return; a HEAD request gets the headers only."""
+    body = text.encode("utf-8")
+    request.setResponseCode(code)
+    request.setHeader(b"content-type", HTML_TYPE)
+    request.setHeader(b"cache-control", b"no-store")
+    request.setHeader(b"content-length", str(len(body)).encode("ascii"))
+    return b"" if request.method == b"HEAD" else body
+
+
+def refuse_method(request):
+    """The JSON 405 of a page asked with a method other than GET or HEAD,
+    or None when the method is fine."""
+    if request.method in (b"GET", b"HEAD"):
+        return None
+    request.setHeader(b"allow", b"GET, HEAD")
+    return write_error(request, 405, f"{request.path.decode('latin-1')} takes GET, not "
+                       f"{request.method.decode('latin-1')}")
+
+
+def document(title, body):
+    """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup."""
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{escape(title)}</title>\n<style>\n{_STYLE}\n</style>\n</head>\n"
+            f"<body>\n{body}</body>\n</html>\n")
+
+
+def link(href, text):
+    return f'<a href="{escape(href)}">{escape(text)}</a>'
+
+
+class HtmlPage(Resource):
+    """A page with no children, for GET and HEAD; subclasses define
+    ``page(request)`` returning the text of the page."""
+
+    isLeaf = True
+
+    def render(self, request):
+        if request.postpath:
+            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
+        refused = refuse_method(request)
+        if refused is not None:
+            return refused
+        return write_html(request, self.page(request))
+
+
+# -- / ---------------------------------------------------------------------------
+
+
+def home_html(projects, version):
+    """The home page for the project names ``projects``."""
+    if projects:
+        items = "".join(
+            f"<li>{escape(name)}: "
+            f"{link('/listspiders.json?project=' + quote(name, safe=''), 'spiders')}</li>\n"
+            for name in projects)
+        project_list = f"<ul>\n{items}</ul>\n"
+    else:
+        project_list = "<p>No projects: name them with <code>--project NAME=PATH</code>.</p>\n"
+    rows = "".join(
+        f"<tr><td>{link('/' + path, path) if plain else escape(path)}</td>"
+        f"<td>{method}</td><td>{escape(params)}</td></tr>\n"
+        for path, method, params, plain in ENDPOINTS)
+    body = (
+        "<h1>netweir-serve</h1>\n"
+        f"<p>Runs Netweir spiders as jobs; version {escape(version)}.</p>\n"
+        f"<p>{link('/jobs', 'Jobs')}: pending, running and finished jobs, with their"
+        " logs and items.</p>\n"
+        f"<h2>Projects</h2>\n{project_list}"
+        "<h2>API</h2>\n<table>\n<thead>\n<tr><th>endpoint</th><th>method</th>"
+        f"<th>parameters</th></tr>\n</thead>\n<tbody>\n{rows}</tbody>\n</table>\n"
+        "<p>Logs are at <code>/logs/PROJECT/SPIDER/JOB.log</code>, items at"
+        " <code>/items/PROJECT/SPIDER/JOB.jl</code>.</p>\n"
+    )
+    return document("netweir-serve", body)
+
+
+class Home(HtmlPage):
+    def __init__(self, projects):
+        super().__init__()
+        self.projects = projects
+
+    def page(self, request):
+        return home_html(self.projects.names(), __version__)
+
+
+# -- /jobs -------------------------------------------------------------------------
+
+
+def page_time(seconds):
+    return datetime.fromtimestamp(seconds).strftime(PAGE_TIME)
+
+
+def runtime(seconds):
+    """scrapyd's Runtime cell: H:MM:SS, whole seconds."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def job_row(record, now):
+    """The ``<tr>`` of one job; ``now`` (epoch seconds) gives a running job's
+    runtime. Which cells are empty says the job's state to ScrapydWeb: no
+    Start is pending; a PID is running (so finished jobs show none); a
+    Finish is finished."""
+    cells = dict.fromkeys(COLUMNS, "")
+    cells.update(Project=escape(record.project), Spider=escape(record.spider),
+                 Job=escape(record.id))
+    if record.state == RUNNING:
+        start = record.start_time if record.start_time is not None else now
+        cells.update(PID=escape(str(record.pid or "")), Start=page_time(start),
+                     Runtime=runtime(now - start))
+    elif record.state == FINISHED:
+        end = record.end_time if record.end_time is not None else now
+        # A job cancelled before it started (or that could not start) has
+        # no start time; without one ScrapydWeb would count it as pending
+        # forever, so it shows as starting when it ended.
+        start = record.start_time if record.start_time is not None else end
+        cells.update(Start=page_time(start), Runtime=runtime(end - start),
+                     Finish=page_time(end), Outcome=escape(record.outcome or ""))
+    if record.state in (RUNNING, FINISHED):
+        cells.update(Log=link(log_url(record), "Log"), Items=link(items_url(record), "Items"))
+    tds = "".join(f"    <td>{cells[name]}</td>\n" for name in COLUMNS)
+    return f"<tr>\n{tds}</tr>\n"
+
+
+def jobs_html(pending_rows, running_rows, finished_rows):
+    """The /jobs page from the rows of each section (markup)."""
+    head = "".join(f"<th>{name}</th>" for name in COLUMNS)
+    sections = "".join(
+        f'<tbody>\n<tr>\n    <th colspan="{len(COLUMNS)}">{title}</th>\n</tr>\n{rows}</tbody>\n'
+        for title, rows in (("Pending", pending_rows), ("Running", running_rows),
+                            ("Finished", finished_rows)))
+    body = (f"<h1>Jobs</h1>\n<p>{link('/', 'Go up')}</p>\n"
+            f'<table id="jobs">\n<thead>\n<tr>{head}</tr>\n</thead>\n{sections}</table>\n')
+    return document("Jobs - netweir-serve", body)
+
+
+class Jobs(HtmlPage):
+    """/jobs. Pending and finished rows don't change between changes of the
+    job table, so they are kept per ``store.generation``; running rows
+    carry a runtime and are made on each request."""
+
+    def __init__(self, store, clock=time.time):
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self._generation = None
+        self._cached = None
+
+    def page(self, request):
+        now = self.clock()
+        if self._generation != self.store.generation:
+            pending, running, finished = self.store.jobs()
+            self._cached = ("".join(job_row(r, now) for r in pending), running,
+                            "".join(job_row(r, now) for r in reversed(finished)))
+            self._generation = self.store.generation
+        pending_rows, running, finished_rows = self._cached
+        return jobs_html(pending_rows, "".join(job_row(r, now) for r in running), finished_rows)
+
+
+def site_pages(api):
+    """{path segment: resource} of the pages, for Root's ``pages``."""
+    return {b"": Home(api.projects), b"jobs": Jobs(api.store)}
