@@ -19,6 +19,7 @@ from zope.interface import implementer
 from . import datapaths
 from .interfaces import ILauncher
 from .jobfiles import files_of, read_stats
+from .logstats import append_stats
 from .names import fold
 
 # What the job's environment must never see: the service's credentials.
@@ -224,6 +225,8 @@ class Launcher:
             outcome = "cancelled"
         else:
             outcome = "finished" if status == 0 else "failed"
+        # ScrapydWeb reads a crawl's numbers from the end of its log.
+        append_stats(job.files.log, stats, outcome, self._reactor.seconds())
         record = self._store.mark_finished(jobid, outcome, self._reactor.seconds(),
                                            exit_status=status, stats=stats)
         self.log.info("job {jobid} ended: {outcome} (exit status {status})",

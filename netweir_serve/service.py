@@ -14,7 +14,7 @@ from .dirlock import lock_directory
 from .inspect import SpiderInspector
 from .jobfiles import delete_files, files_of, read_stats
 from .jobstore import JobStore
-from .launcher import Launcher
+from .launcher import Launcher, job_environment
 from .poller import Poller
 from .scheduler import Scheduler
 from .web.api import Api
@@ -34,6 +34,8 @@ LISTEN_BACKLOG = 1024
 
 class QuietSite(server.Site):
     """A Site that logs each request at debug level, never its headers."""
+
+    noisy = False
 
     def log(self, request):
         log.debug("{method} {path} {code}", method=request.method.decode("latin-1"),
@@ -77,6 +79,8 @@ class ServeService(service.Service):
                  max_jobs=self.config.max_jobs)
         for warning in self.config.warnings():
             log.warn("{warning}", warning=warning)
+        # Importing netweir in the warm reader now, not on the first request.
+        self.inspector.start()
         self.poller.start()
 
     @defer.inlineCallbacks
@@ -141,13 +145,17 @@ def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interv
                         job_ended, python=python, grace=grace, stats_interval=stats_interval)
     poller = Poller(store, launcher, reactor, interval=poll_interval)
     scheduler = Scheduler(store, launcher, reactor, wake=poller.poll, ended=job_ended)
-    inspector = SpiderInspector(reactor, python=python, timeout=inspect_timeout)
+    # Spider files may read the environment as they load: give them the one
+    # jobs get, without the service's credentials.
+    inspector = SpiderInspector(reactor, python=python, timeout=inspect_timeout,
+                                env=job_environment(os.environ))
     api = Api(config.projects, store, scheduler, launcher, inspector, config.directory)
     root = Root(api, config.directory, pages=site_pages(api), listers=listers())
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
                      requestFactory=ServeRequest, reactor=reactor)
     site.displayTracebacks = False
     factory = limit(site, reactor, deadline=request_deadline)
+    factory.noisy = False
     listener = internet.TCPServer(config.port, factory, interface=config.bind,
                                   backlog=LISTEN_BACKLOG, reactor=reactor)
     return ServeService(config, reactor, lock, store, launcher, poller, inspector, listener)

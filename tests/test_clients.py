@@ -243,10 +243,6 @@ class CompatibilityTests(unittest.TestCase):
             "GET", entry["log_url"], headers={"Range": f"bytes=-{len(whole) + 500}"})
         self.assertEqual((status, body), (206, whole))
 
-    test_suffix_range_longer_than_the_log_is_the_whole_log.todo = (
-        "twisted.web.static.File turns a suffix longer than the file into a negative"
-        " offset and answers 500; JobFile (web/files.py) should clamp it")
-
     def test_version_parameter_is_ignored_where_clients_send_it(self):
         # ScrapydWeb sends _version to listspiders.json; the clients to schedule.json.
         status, answer = self.daemon.get("listspiders.json", {"project": "shop", "_version": "r1"})

@@ -39,6 +39,14 @@ class JobFile(static.File):
     def __init__(self, path, content_type):
         super().__init__(path, defaultType=content_type)
 
+    def _rangeToOffsetAndSize(self, start, end):
+        # RFC 9110: a suffix range longer than the file means the whole file
+        # (Gerapy asks for the last 1,000 bytes of every log); Twisted would
+        # compute a negative offset and fail.
+        if start is None and end is not None:
+            end = min(end, self.getFileSize())
+        return super()._rangeToOffsetAndSize(start, end)
+
     def render_GET(self, request):
         if not self.isfile():
             return NotFound("no such file (the job has not written it yet,"
