@@ -1,0 +1,253 @@
+"""The documentation against the code: every option documented, every
+endpoint of docs/api.md served, and the README's curl session run as
+written against the example project, on the example site."""
+
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from twisted.trial import unittest
+
+from netweir_serve import cli, options
+from netweir_serve.web.api import endpoints
+
+from .processes import ROOT, Daemon, free_port, request, wait_until
+
+DOCS = os.path.join(ROOT, "docs")
+README = os.path.join(ROOT, "README.md")
+API_DOC = os.path.join(DOCS, "api.md")
+SERVE_EXAMPLE = os.path.join(ROOT, "serve-example")
+EXAMPLE_SITE = os.path.join(ROOT, "examples", "site.py")
+
+# Where the README's curl lines expect the service.
+README_SERVICE = "http://127.0.0.1:6800"
+
+# Values for the placeholders of docs/api.md's paths.
+PLACEHOLDERS = {"PROJECT": "example", "SPIDER": "books", "JOB": "no-such-job"}
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def all_docs():
+    """README.md and every page of docs/, as one text."""
+    return "\n".join(read(p) for p in [README] + sorted(glob.glob(os.path.join(DOCS, "*.md"))))
+
+
+def help_options():
+    """The long options ``netweir-serve --help`` lists."""
+    out = subprocess.run([sys.executable, "-m", "netweir_serve", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return sorted(set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", out, re.M)))
+
+
+def mentions(text, option):
+    """Whether ``text`` has ``option`` as a whole option, not a prefix of one."""
+    return re.search(re.escape(option) + r"(?![a-z-])", text) is not None
+
+
+def serve_example_argv():
+    """The arguments serve-example gives netweir-serve, from its exec line."""
+    for line in read(SERVE_EXAMPLE).splitlines():
+        if not line.startswith("exec "):
+            continue
+        words = shlex.split(line, comments=True)
+        if words[1].endswith("netweir-serve"):
+            return [w for w in words[2:] if w != '"$@"' and w != "$@"]
+    raise AssertionError("serve-example has no 'exec .../netweir-serve' line")
+
+
+def option_values(argv, name):
+    return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == name]
+
+
+def readme_session():
+    """The curl lines of the README's first session, each split as a shell
+    would (shlex), in order."""
+    text = read(README)
+    marker = text.index("<!-- curl-session")
+    block = re.search(r"```sh\n(.*?)```", text[marker:], re.S).group(1)
+    return [shlex.split(line) for line in block.splitlines() if line.startswith("curl ")]
+
+
+class ExampleSite:
+    """examples/site.py on a free port, as a process of its own."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, EXAMPLE_SITE, "--port", str(self.port), "--quiet"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self._answers, 30, "the example site to answer")
+
+    def _answers(self):
+        if self.process.poll() is not None:
+            raise AssertionError(f"examples/site.py exited with {self.process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 1).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def example_daemon(testcase):
+    """netweir-serve on the example project, with serve-example's --project
+    options, on a free port and a fresh --dir."""
+    projects = option_values(serve_example_argv(), "--project")
+    directory = os.path.join(tempfile.mkdtemp(prefix="docs-", dir=os.path.abspath(".")), "dir")
+    daemon = Daemon(directory, projects).start()
+    testcase.addCleanup(daemon.kill)
+    return daemon
+
+
+def run_curl(argv):
+    """(exit status, stdout) of a curl command line; with urllib when there
+    is no curl (it understands the URL and -d, which is all the README uses)."""
+    if shutil.which("curl"):
+        done = subprocess.run(argv, capture_output=True, timeout=60)
+        return done.returncode, done.stdout
+    url, data, words = None, [], iter(argv[1:])
+    for word in words:
+        if word == "-d":
+            data.append(next(words))
+        elif word.startswith("http"):
+            url = word
+        else:
+            raise AssertionError(f"no urllib translation for curl's {word!r}")
+    body = "&".join(data).encode() if data else None
+    try:
+        with urllib.request.urlopen(url, data=body, timeout=60) as answer:
+            return 0, answer.read()
+    except urllib.error.HTTPError as e:
+        return 0, e.read()
+
+
+class OptionsDocumentedTests(unittest.TestCase):
+    def test_every_option_in_help_is_in_the_docs(self):
+        found = help_options()
+        self.assertIn("--project", found)
+        self.assertIn("--insecure-no-auth", found)
+        text = all_docs()
+        self.assertEqual([o for o in found if not mentions(text, o)], [])
+
+    def test_every_environment_variable_is_in_the_docs(self):
+        text = all_docs()
+        for name in (options.USERNAME_VARIABLE, options.PASSWORD_VARIABLE,
+                     cli.TAC_OPTIONS_VARIABLE, cli.GRACE_VARIABLE):
+            self.assertIn(name, text)
+
+
+class ApiDocumentedTests(unittest.TestCase):
+    def documented(self):
+        """(method, path) of every endpoint heading of docs/api.md."""
+        return re.findall(r"^### (GET|POST|HEAD) (/\S*)\s*$", read(API_DOC), re.M)
+
+    def test_every_json_endpoint_is_documented(self):
+        paths = {path for _, path in self.documented()}
+        missing = [name.decode() for name in endpoints(None)
+                   if "/" + name.decode() not in paths]
+        self.assertEqual(missing, [])
+
+    def test_every_documented_endpoint_exists(self):
+        documented = self.documented()
+        self.assertGreater(len(documented), 12)
+        daemon = example_daemon(self)
+        for method, path in documented:
+            concrete = re.sub("|".join(PLACEHOLDERS), lambda m: PLACEHOLDERS[m.group()], path)
+            status, headers, body = daemon.call(method, concrete)
+            message = ""
+            if headers.get("Content-Type") == "application/json":
+                message = json.loads(body).get("message", "")
+            self.assertFalse(
+                status == 404 and message.startswith("no such endpoint"),
+                f"{method} {path} of docs/api.md: {status} {message}")
+            self.assertNotEqual(status, 405, f"{method} {path}: the doc gives the wrong method")
+
+    def test_summary_table_lists_every_json_endpoint(self):
+        text = read(API_DOC)
+        for name in endpoints(None):
+            self.assertIn(f"`{name.decode()}`", text)
+
+
+class ReadmeTests(unittest.TestCase):
+    def test_the_two_commands_come_first(self):
+        text = read(README)
+        commands = text.index("```sh\n./serve-example")
+        self.assertLess(commands, text.index("<!-- curl-session"))
+        self.assertIn("./run-tests", text[commands:commands + 200])
+        self.assertIn("./run-tests", read(os.path.join(ROOT, ".ci", "run")))
+        for script in ("serve-example", "run-tests"):
+            self.assertTrue(os.access(os.path.join(ROOT, script), os.X_OK), script)
+
+    def test_serve_example_serves_the_example_project(self):
+        argv = serve_example_argv()
+        self.assertEqual(option_values(argv, "--project"), ["example=examples/spiders"])
+        self.assertIn("examples/site.py", read(SERVE_EXAMPLE))
+
+    def test_curl_session_runs_as_written(self):
+        """Each line as the README has it, with the service's address made
+        this daemon's and the example site's address given as the spiders'
+        ``site`` argument. Between lines, the test waits as a person would:
+        for a job to finish before fetching its items, and for one to be
+        running before cancelling it."""
+        site = ExampleSite()
+        self.addCleanup(site.stop)
+        daemon = example_daemon(self)
+        base = f"http://127.0.0.1:{daemon.port}"
+        session = readme_session()
+        self.assertEqual(len(session), 5)
+        seen = set()
+        for words in session:
+            self.assertEqual(words[0], "curl")
+            urls = [w for w in words if w.startswith(README_SERVICE + "/")]
+            self.assertEqual(len(urls), 1, words)
+            path = urllib.parse.urlsplit(urls[0]).path
+            argv = [base + w[len(README_SERVICE):] if w in urls else w for w in words]
+            form = dict(argv[i + 1].split("=", 1) for i, w in enumerate(argv[:-1]) if w == "-d")
+            if path == "/schedule.json":
+                self.assertNotIn("site", form)
+                argv += ["-d", f"site={site.base}"]
+            elif path.startswith("/items/"):
+                jobid = path.rsplit("/", 1)[1].rsplit(".", 1)[0]
+                self.assertEqual(daemon.wait_state(jobid, "finished")["outcome"], "finished")
+            elif path == "/cancel.json":
+                daemon.wait_state(form["job"], "running")
+            status, out = run_curl(argv)
+            self.assertEqual(status, 0, argv)
+            seen.add(path.rsplit("/", 1)[0] + "/" if path.startswith("/items/") else path)
+            if path.startswith("/items/"):
+                items = [json.loads(line) for line in out.splitlines()]
+                self.assertEqual(len(items), 20)
+                self.assertTrue(all(item["title"] for item in items))
+                self.assertTrue(all(item["url"].startswith(site.base) for item in items))
+                continue
+            answer = json.loads(out)
+            self.assertEqual(answer["status"], "ok", (argv, answer))
+            if path == "/schedule.json":
+                self.assertEqual(answer["jobid"], form["jobid"])
+            elif path == "/listjobs.json":
+                listed = [e["id"] for s in ("pending", "running", "finished") for e in answer[s]]
+                self.assertTrue(listed, answer)
+            elif path == "/cancel.json":
+                self.assertEqual(answer["prevstate"], "running")
+                entry = daemon.wait_state(form["job"], "finished")
+                self.assertEqual(entry["outcome"], "cancelled")
+        self.assertEqual(
+            seen, {"/schedule.json", "/listjobs.json", "/items/example/books/", "/cancel.json"})
