@@ -127,7 +127,11 @@ class Daemon:
 
     def start(self, timeout=30):
         self.spawn()
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()
+            raise
         return self
 
     def wait_ready(self, timeout=30):
