@@ -56,10 +56,10 @@ parent = sys.argv[1]
 added = parent not in sys.path
 if added:
     sys.path.insert(0, parent)
-from netweir_serve import _child
+from netweir_serve import _forkserver
 if added:
     sys.path.remove(parent)
-_child.main(sys.argv[2:])
+_forkserver.main(sys.argv[2:])
 """
 
 _STOPPED = "the service is stopping: spider files are no longer read"

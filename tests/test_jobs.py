@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import tempfile
-import time
 
 from twisted.trial import unittest
 

@@ -1,7 +1,6 @@
 """The front door on the real daemon: credentials stay secret, refusals hold,
 and the default request deadline cuts a slow client."""
 
-import os
 import socket
 import time
 
