@@ -13,7 +13,6 @@ from twisted.logger import (
     textFileLogObserver)
 from twisted.python import usage
 
-from . import __version__
 from .dirlock import DirectoryBusy
 from .options import ServeOptions
 from .service import makeService
@@ -109,7 +108,3 @@ def tac_application(environ=None):
     application = service.Application(PROG)
     twistd_service(options).setServiceParent(application)
     return application
-
-
-def version():
-    return f"{PROG} {__version__}"

@@ -92,6 +92,7 @@ class RunningJob:
     files: object
     pid: int
     stats: dict = None
+    stats_changed: int = None
     cancel_requested: bool = False
     stats_call: object = None
     kill_call: object = None
@@ -121,7 +122,7 @@ class Launcher:
     log = Logger()
 
     def __init__(self, reactor, store, projects, directory, max_jobs, job_ended,
-                 python=sys.executable, grace=30.0, stats_interval=5.0,
+                 python=sys.executable, grace=30.0, stats_interval=1.0,
                  environ=None, signal_process=send_signal):
         self._reactor = reactor
         self._store = store
@@ -201,9 +202,17 @@ class Launcher:
     # -- watching --------------------------------------------------------------
 
     def _poll_stats(self, job):
-        stats = read_stats(job.files.stats)
-        if stats is not None:
-            job.stats = stats
+        # The crawl replaces its stats file every 5 s; looking every second
+        # keeps what jobstats.json shows within a second of the file, and
+        # the file is read again only when it was replaced.
+        try:
+            changed = os.stat(job.files.stats).st_mtime_ns
+        except OSError:
+            changed = None
+        if changed is not None and changed != job.stats_changed:
+            stats = read_stats(job.files.stats)
+            if stats is not None:
+                job.stats, job.stats_changed = stats, changed
         job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
 
     def running_stats(self, jobid):

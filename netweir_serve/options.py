@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from twisted.python import usage
 
+from . import __version__
 from .projects import ProjectError, ProjectTable, parse_project
 
 USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
@@ -112,9 +113,19 @@ class ServeOptions(usage.Options):
         self.environ = os.environ if environ is None else environ
         self["project"] = []
 
+    def getSynopsis(self):
+        # Under twistd the parent's usage line comes first; alone, ours.
+        if self.parent is None:
+            return f"Usage: netweir-serve {self.synopsis}"
+        return super().getSynopsis()
+
+    def opt_version(self):
+        """print netweir-serve's version and exit"""
+        print(f"netweir-serve {__version__}")
+        raise SystemExit(0)
+
     def opt_project(self, value):
-        """serve a spider file or directory as project NAME (NAME=PATH, or a bare
-        PATH named after it); give it once per project"""
+        """serve a spider file or directory as project NAME (NAME=PATH; a bare PATH is named after it); give it once per project"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
         try:
             self["project"].append(parse_project(value))
         except ProjectError as e:

@@ -126,7 +126,7 @@ def prune(store, config):
                      path=path, jobid=record.id)
 
 
-def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interval=5.0,
+def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interval=1.0,
                 inspect_timeout=10.0, request_deadline=15.0, poll_interval=5.0):
     """The whole daemon for ``config`` (a ServeConfig), on ``reactor``.
 

@@ -6,7 +6,7 @@ import signal
 import tempfile
 import time
 
-from .processes import alive, kill_groups, wait_until
+from .processes import Daemon, alive, kill_groups, wait_until
 from .test_jobs import CrawlTestCase
 
 # The daemon's grace before it kills a cancelled job, shortened for tests.
@@ -155,3 +155,21 @@ class StopTests(StubbornTestCase):
         again = self.daemon(directory=directory)
         state, entry = again.find(jobid)
         self.assertEqual((state, entry["outcome"]), ("finished", "cancelled"))
+
+
+class UnservedProjectTests(CrawlTestCase):
+    def test_waiting_job_of_a_project_no_longer_served_can_be_cancelled(self):
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        daemon = self.daemon("--max-jobs", "1", directory=directory)
+        daemon.wait_state(daemon.must_schedule("shop", "slow", delay="0.2"), "running")
+        first = daemon.must_schedule("shop", "slow", jobid="first", priority="5", delay="0.2")
+        waiting = daemon.must_schedule("news", "echo", jobid="orphan")
+        daemon.stop()
+        again = Daemon(directory, [f"shop={self.shop}"], ["--max-jobs", "1"]).start()
+        self.addCleanup(again.kill)
+        again.wait_state(first, "running")
+        answer = again.post("cancel.json", {"project": "NEWS", "job": waiting})[1]
+        self.assertEqual(answer["prevstate"], "pending")
+        self.assertEqual(again.find(waiting)[1]["outcome"], "cancelled")
+        again.post("cancel.json", {"project": "shop", "job": first})
+        again.wait_state(first, "finished")

@@ -41,6 +41,7 @@ class Rig:
         self.signals = SignalLog()
         self.store = JobStore(":memory:")
         self.ended = []
+        self.writes = 0
         self.launcher = Launcher(self.reactor, self.store, self.projects, self.dir, max_jobs,
                                  self._ended, python="/usr/bin/python3", grace=grace,
                                  environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
@@ -68,6 +69,9 @@ class Rig:
         path = job_files(self.dir, "shop", "books", jobid).stats
         with open(path + ".tmp", "w") as f:
             json.dump(stats, f)
+        # A distinct time for each write, as five seconds apart would give.
+        self.writes += 1
+        os.utime(path + ".tmp", ns=(self.writes * 5_000_000_000,) * 2)
         os.replace(path + ".tmp", path)
 
 
@@ -179,18 +183,31 @@ class LaunchingTests(unittest.TestCase):
 
 
 class StatsPollingTests(unittest.TestCase):
-    def test_stats_are_read_every_five_seconds(self):
+    def test_stats_are_picked_up_within_a_second_of_the_file(self):
         rig = Rig(self)
         rig.schedule("a")
         self.assertIsNone(rig.launcher.running_stats("a"))
         rig.write_stats("a", {"items": 1, "finish_reason": None})
-        rig.reactor.advance(4.9)
+        rig.reactor.advance(0.9)
         self.assertIsNone(rig.launcher.running_stats("A"))
         rig.reactor.advance(0.1)
         self.assertEqual(rig.launcher.running_stats("a"), {"items": 1, "finish_reason": None})
         rig.write_stats("a", {"items": 7, "finish_reason": None})
-        rig.reactor.advance(5)
+        rig.reactor.advance(1)
         self.assertEqual(rig.launcher.running_stats("a")["items"], 7)
+
+    def test_an_unchanged_file_is_not_read_again(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.write_stats("a", {"items": 1, "finish_reason": None})
+        path = job_files(rig.dir, "shop", "books", "a").stats
+        rig.reactor.advance(1)
+        changed = os.stat(path).st_mtime_ns
+        with open(path, "w") as f:
+            f.write("{torn")
+        os.utime(path, ns=(changed, changed))
+        rig.reactor.advance(3)
+        self.assertEqual(rig.launcher.running_stats("a")["items"], 1)
 
     def test_final_stats_are_kept_and_polling_stops(self):
         rig = Rig(self)
@@ -204,7 +221,7 @@ class StatsPollingTests(unittest.TestCase):
         rig = Rig(self)
         rig.schedule("a")
         rig.write_stats("a", {"items": 4, "finish_reason": None})
-        rig.reactor.advance(5)
+        rig.reactor.advance(1)
         os.unlink(job_files(rig.dir, "shop", "books", "a").stats)
         rig.process_of("a").exit(signal=9)
         self.assertEqual(rig.store.get("a").stats, {"items": 4, "finish_reason": None})
@@ -215,7 +232,7 @@ class StatsPollingTests(unittest.TestCase):
         path = job_files(rig.dir, "shop", "books", "a").stats
         with open(path, "w") as f:
             f.write("{not json")
-        rig.reactor.advance(5)
+        rig.reactor.advance(1)
         self.assertIsNone(rig.launcher.running_stats("a"))
 
 

@@ -5,6 +5,7 @@ import os
 
 from .. import datapaths
 from ..jobstore import DuplicateJob
+from ..names import fold
 from .answer import NODE_NAME, encode, ok_body, write_error
 from .endpoint import JsonEndpoint
 from .params import ApiError
@@ -149,11 +150,13 @@ class Cancel(ApiEndpoint):
     methods = (b"POST",)
 
     def answer(self, params, request):
-        project = self.api.project(params)
+        # Any project name: the jobs of a project taken off the command line
+        # can still be cancelled.
+        project = params.name("project")
         jobid = params.name("job", "job id")
         now = (params.get("signal") or "").upper() in KILL_SIGNALS
         record = self.api.store.get(jobid)
-        if record is None or self.api.projects.get(record.project) is not project:
+        if record is None or fold(record.project) != fold(project):
             return {"prevstate": None}
         return {"prevstate": self.api.scheduler.cancel(record.id, now=now)}
 
