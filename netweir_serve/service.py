@@ -5,7 +5,7 @@ import signal
 import sys
 import threading
 
-from twisted.application import internet, service
+from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web import server
@@ -46,7 +46,7 @@ class ServeService(service.Service):
     """The daemon: on start, settles what the last run left and starts jobs;
     on stop, stops listening, cancels running jobs and waits for them."""
 
-    def __init__(self, config, reactor, lock, store, launcher, poller, inspector, listener):
+    def __init__(self, config, reactor, lock, store, launcher, poller, inspector, factory):
         self.config = config
         self.reactor = reactor
         self.lock = lock
@@ -54,24 +54,25 @@ class ServeService(service.Service):
         self.launcher = launcher
         self.poller = poller
         self.inspector = inspector
-        self.listener = listener
+        self.factory = factory
+        self.port = None
         self._signals = 0
 
     def privilegedStartService(self):
         # Binding first, so a port in use fails before any job starts.
-        self.listener.privilegedStartService()
+        self.port = self.reactor.listenTCP(self.config.port, self.factory,
+                                           backlog=LISTEN_BACKLOG, interface=self.config.bind)
         super().privilegedStartService()
 
     def startService(self):
         super().startService()
-        self.listener.startService()
         now = self.reactor.seconds()
         for record in self.store.mark_running_lost(
                 now, lambda r: read_stats(files_of(self.config.directory, r).stats)):
             log.warn("job {jobid} was running when the service stopped: marked lost",
                      jobid=record.id)
         prune(self.store, self.config)
-        address = self.listener._port.getHost()
+        address = self.port.getHost()
         log.info("netweir-serve listening on http://{host}:{port}/ with {dir};"
                  " projects: {projects}; {max_jobs} job(s) at once",
                  host=address.host, port=address.port, dir=self.config.directory,
@@ -86,7 +87,7 @@ class ServeService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
-        yield self.listener.stopService()
+        yield self.port.stopListening()
         self.poller.stop()
         running = self.store.counts()["running"]
         if running:
@@ -156,6 +157,4 @@ def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interv
     site.displayTracebacks = False
     factory = limit(site, reactor, deadline=request_deadline)
     factory.noisy = False
-    listener = internet.TCPServer(config.port, factory, interface=config.bind,
-                                  backlog=LISTEN_BACKLOG, reactor=reactor)
-    return ServeService(config, reactor, lock, store, launcher, poller, inspector, listener)
+    return ServeService(config, reactor, lock, store, launcher, poller, inspector, factory)
