@@ -13,34 +13,18 @@ hundred). Either way the reactor never waits: every method returns a
 Deferred.
 """
 
-import itertools
-import json
 import os
-import signal
 import sys
 from dataclasses import dataclass
 
 from twisted.internet import defer
-from twisted.internet.error import ProcessExitedAlready
-from twisted.internet.protocol import ProcessProtocol
 
 from . import datapaths
+from .readers import InspectError, OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
 # sleeps at import, few enough that a burst of requests can't fork-bomb.
 MAX_CONCURRENT_READS = 8
-# How long past a request's own timeout a warm helper may stay silent before
-# it is taken for stuck and replaced. Its children are timed by the helper
-# itself; this only catches a helper that stopped working.
-HELPER_GRACE_SECONDS = 10.0
-# How long stop() waits for the warm helper to leave before killing it.
-STOP_GRACE_SECONDS = 2.0
-# A request is sent again once if its warm helper dies under it: a helper
-# killed from outside is worth a retry, a request that kills helpers is not.
-MAX_ATTEMPTS = 2
-MAX_ANSWER_BYTES = 8 * 1024 * 1024
-STDERR_TAIL_BYTES = 16 * 1024
-STDERR_TAIL_LINES = 15
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,18 +45,6 @@ if added:
     sys.path.remove(parent)
 _forkserver.main(sys.argv[2:])
 """
-
-_STOPPED = "the service is stopping: spider files are no longer read"
-
-
-class InspectError(Exception):
-    """Listing or checking failed. ``message`` is a sentence for the person
-    who made the request: which file, setting or argument, and why."""
-
-    def __init__(self, message):
-        super().__init__(message)
-        self.message = message
-
 
 @dataclass(frozen=True)
 class CheckedJob:
@@ -96,377 +68,6 @@ def split_setting(text):
     return (key, value if equals else None)
 
 
-def _could_not_start(exc):
-    return f"could not start a process to read spider files: {exc}"
-
-
-class _Tail:
-    """The last bytes of a stream, kept for an error message."""
-
-    def __init__(self, limit=STDERR_TAIL_BYTES):
-        self._limit = limit
-        self._data = bytearray()
-
-    def add(self, data):
-        self._data += data
-        del self._data[: -self._limit]
-
-    def text(self):
-        return _last_lines(bytes(self._data).decode("utf-8", "replace"))
-
-
-def _last_lines(text):
-    return "\n".join(text.strip().splitlines()[-STDERR_TAIL_LINES:])
-
-
-class _AnswerTooLarge(Exception):
-    pass
-
-
-class _Lines:
-    """Splits a byte stream into lines, none longer than ``limit``."""
-
-    def __init__(self, limit=MAX_ANSWER_BYTES):
-        self._limit = limit
-        self._partial = bytearray()
-
-    def feed(self, data):
-        """The lines ``data`` completes; raises _AnswerTooLarge (and drops
-        what it had) once a line grows past the limit."""
-        self._partial += data
-        lines = []
-        if b"\n" in data:
-            *lines, rest = bytes(self._partial).split(b"\n")
-            self._partial = bytearray(rest)
-        if len(self._partial) > self._limit:
-            self._partial = bytearray()
-            raise _AnswerTooLarge()
-        return lines
-
-
-def _how_it_ended(reason):
-    """``it exited with status N`` or ``it was killed by SIGNAME``, from a
-    processEnded reason."""
-    signal_number = getattr(reason.value, "signal", None)
-    if signal_number:
-        try:
-            return f"it was killed by {signal.Signals(signal_number).name}"
-        except ValueError:
-            return f"it was killed by signal {signal_number}"
-    return f"it exited with status {getattr(reason.value, 'exitCode', None)}"
-
-
-def _kill_group(transport, pid):
-    """SIGKILL for the reader ``pid`` and its process group (whatever a
-    spider file started), or for the reader alone if it has no group yet."""
-    if pid is not None and hasattr(os, "killpg"):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-            return
-        except OSError:
-            pass
-    try:
-        transport.signalProcess("KILL")
-    except (ProcessExitedAlready, OSError):
-        pass
-
-
-# --- one interpreter per request -----------------------------------------------
-
-
-class _OneShotReader(ProcessProtocol):
-    """A ``once`` reader process: sends it the request, collects its answer,
-    kills it at the deadline. ``done`` fires with the answer dict."""
-
-    def __init__(self, reactor, payload, timeout, done):
-        self._reactor = reactor
-        self._payload = payload
-        self._timeout = timeout
-        self.done = done
-        self.ended = defer.Deferred()
-        self._pid = None
-        self._answer = bytearray()
-        self._stderr = _Tail()
-        self._timer = None
-        self._why_killed = None
-
-    def connectionMade(self):
-        self._pid = self.transport.pid
-        self.transport.write(self._payload)
-        self.transport.closeStdin()
-        self._timer = self._reactor.callLater(self._timeout, self.kill, "timeout")
-
-    def outReceived(self, data):
-        if self._why_killed is not None:
-            return
-        self._answer += data
-        if len(self._answer) > MAX_ANSWER_BYTES:
-            self._answer = bytearray()
-            self.kill("too large")
-
-    def errReceived(self, data):
-        self._stderr.add(data)
-
-    def kill(self, why):
-        if self._why_killed is None:
-            self._why_killed = why
-        _kill_group(self.transport, self._pid)
-
-    def processExited(self, reason):
-        # Anything the reader left running in its group would hold its
-        # pipes open, and processEnded would never come.
-        if self._pid is not None and hasattr(os, "killpg"):
-            try:
-                os.killpg(self._pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def processEnded(self, reason):
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        if not self.done.called:
-            self.done.callback(self._final_answer(reason))
-        self.ended.callback(None)
-
-    def _final_answer(self, reason):
-        if self._why_killed == "timeout":
-            return {"ok": False, "timeout": True}
-        if self._why_killed == "too large":
-            return {"ok": False, "error": "the answer about the project's spiders is too large"}
-        try:
-            answer = json.loads(bytes(self._answer))
-            if isinstance(answer, dict):
-                return answer
-        except ValueError:
-            pass
-        return {"ok": False, "died": _how_it_ended(reason), "stderr": self._stderr.text()}
-
-
-class _OneShotRunner:
-    """Answers each request in an interpreter of its own."""
-
-    def __init__(self, reactor, argv, env):
-        self._reactor = reactor
-        self._argv = argv
-        self._env = env
-        self._readers = set()
-        self._stopped = False
-
-    def start(self):
-        """Nothing to warm up."""
-
-    def ask(self, request):
-        """Deferred answer dict (see netweir_serve._child)."""
-        if self._stopped:
-            return defer.fail(InspectError(_STOPPED))
-        payload = json.dumps(request).encode("utf-8")
-        done = defer.Deferred(canceller=lambda _: reader.kill("cancelled"))
-        reader = _OneShotReader(self._reactor, payload, request["timeout"], done)
-        try:
-            self._reactor.spawnProcess(reader, self._argv[0], self._argv, env=self._env)
-        except Exception as exc:
-            return defer.fail(InspectError(_could_not_start(exc)))
-        self._readers.add(reader)
-        reader.ended.addCallback(lambda _: self._readers.discard(reader))
-        return done
-
-    def stop(self):
-        self._stopped = True
-        for reader in list(self._readers):
-            reader.kill("stopping")
-            if not reader.done.called:
-                reader.done.errback(InspectError(_STOPPED))
-        return defer.DeferredList([r.ended for r in self._readers]).addCallback(lambda _: None)
-
-
-# --- a warm helper that forks a reader per request ---------------------------------
-
-
-class _HelperConnection(ProcessProtocol):
-    """The pipes to one warm helper process; reports to its _WarmRunner."""
-
-    def __init__(self, runner):
-        self._runner = runner
-        self._lines = _Lines()
-        self.stderr = _Tail()
-        self.ended = False
-
-    def send(self, line):
-        if not self.ended:
-            self.transport.write(line)
-
-    def outReceived(self, data):
-        try:
-            lines = self._lines.feed(data)
-        except _AnswerTooLarge:
-            self.kill()
-            return
-        for line in lines:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                # Not our helper talking: replace it.
-                self.kill()
-                return
-            self._runner._answered(self, message)
-
-    def errReceived(self, data):
-        self.stderr.add(data)
-
-    def processEnded(self, reason):
-        self.ended = True
-        self._runner._helper_ended(self, reason)
-
-    def kill(self):
-        # Its readers die with it (PR_SET_PDEATHSIG), or at their backstop alarm.
-        try:
-            self.transport.signalProcess("KILL")
-        except (ProcessExitedAlready, OSError):
-            pass
-
-
-class _Pending:
-    """A request sent to a warm helper and not yet answered."""
-
-    def __init__(self, request_id, line, timeout, deferred):
-        self.request_id = request_id
-        self.line = line
-        self.timeout = timeout
-        self.deferred = deferred
-        self.attempts = 0
-        self.connection = None
-        self.guard = None
-
-    def stop_guard(self):
-        if self.guard is not None and self.guard.active():
-            self.guard.cancel()
-        self.guard = None
-
-
-class _WarmRunner:
-    """Answers requests through one warm helper, started on first use and
-    started again on the next request after it dies."""
-
-    def __init__(self, reactor, argv, env):
-        self._reactor = reactor
-        self._argv = argv
-        self._env = env
-        self._connection = None
-        self._pending = {}
-        self._ids = itertools.count(1)
-        self._stopped = False
-        self._stop_waiters = []
-        self._kill_call = None
-
-    def start(self):
-        """The running helper's connection, starting one if there is none.
-        May raise what spawnProcess raises, or InspectError once stopped."""
-        if self._stopped:
-            raise InspectError(_STOPPED)
-        if self._connection is None:
-            connection = _HelperConnection(self)
-            self._reactor.spawnProcess(connection, self._argv[0], self._argv, env=self._env)
-            self._connection = connection
-        return self._connection
-
-    def ask(self, request):
-        """Deferred answer dict (see netweir_serve._child)."""
-        if self._stopped:
-            return defer.fail(InspectError(_STOPPED))
-        request_id = next(self._ids)
-        # Encoded before anything is recorded, so a request that can't be
-        # sent fails here and leaves nothing behind.
-        line = json.dumps(dict(request, id=request_id)).encode("utf-8") + b"\n"
-        deferred = defer.Deferred(canceller=lambda _: self._cancel(request_id))
-        pending = _Pending(request_id, line, request["timeout"], deferred)
-        self._pending[request_id] = pending
-        self._send(pending)
-        return deferred
-
-    def _send(self, pending):
-        try:
-            connection = self.start()
-        except Exception as exc:
-            self._finish(pending, {"ok": False, "error": _could_not_start(exc)})
-            return
-        pending.attempts += 1
-        pending.connection = connection
-        pending.guard = self._reactor.callLater(
-            pending.timeout + HELPER_GRACE_SECONDS, self._guard_expired, pending.request_id
-        )
-        connection.send(pending.line)
-
-    def _finish(self, pending, answer):
-        self._pending.pop(pending.request_id, None)
-        pending.stop_guard()
-        pending.deferred.callback(answer)
-
-    def _answered(self, connection, message):
-        pending = self._pending.get(message.pop("id", None))
-        # None: cancelled, or already failed by its guard.
-        if pending is not None and pending.connection is connection:
-            self._finish(pending, message)
-
-    def _guard_expired(self, request_id):
-        pending = self._pending.get(request_id)
-        if pending is None:
-            return
-        pending.guard = None
-        self._finish(pending, {"ok": False, "timeout": True})
-        # The helper times its readers itself; silent this long, it is stuck.
-        pending.connection.kill()
-
-    def _cancel(self, request_id):
-        pending = self._pending.pop(request_id, None)
-        if pending is not None:
-            pending.stop_guard()
-            cancel = {"op": "cancel", "id": request_id}
-            pending.connection.send(json.dumps(cancel).encode("utf-8") + b"\n")
-
-    def _helper_ended(self, connection, reason):
-        if connection is self._connection:
-            self._connection = None
-        orphans = [p for p in self._pending.values() if p.connection is connection]
-        for pending in orphans:
-            pending.stop_guard()
-            if pending.attempts < MAX_ATTEMPTS:
-                self._send(pending)
-            else:
-                how = _how_it_ended(reason)
-                self._finish(
-                    pending,
-                    {"ok": False, "helper_died": how, "stderr": connection.stderr.text()},
-                )
-        if self._stopped and self._connection is None:
-            self._stopped_now()
-
-    def stop(self):
-        """Deferred that fires once the helper has gone: asked to leave by
-        closing its stdin (it kills its readers), killed if it lingers."""
-        self._stopped = True
-        for pending in list(self._pending.values()):
-            self._pending.pop(pending.request_id)
-            pending.stop_guard()
-            pending.deferred.errback(InspectError(_STOPPED))
-        if self._connection is None:
-            return defer.succeed(None)
-        waiter = defer.Deferred()
-        self._stop_waiters.append(waiter)
-        if self._kill_call is None:
-            self._connection.transport.closeStdin()
-            self._kill_call = self._reactor.callLater(STOP_GRACE_SECONDS, self._connection.kill)
-        return waiter
-
-    def _stopped_now(self):
-        if self._kill_call is not None and self._kill_call.active():
-            self._kill_call.cancel()
-        waiters, self._stop_waiters = self._stop_waiters, []
-        for waiter in waiters:
-            waiter.callback(None)
-
-
 # --- the daemon's interface ---------------------------------------------------------
 
 
@@ -487,7 +88,7 @@ class SpiderInspector:
         self._timeout = float(timeout)
         argv = [python, "-c", _BOOTSTRAP, _PACKAGE_PARENT, "warm" if warm else "once"]
         environment = dict(os.environ if env is None else env)
-        runner_class = _WarmRunner if warm else _OneShotRunner
+        runner_class = WarmRunner if warm else OneShotRunner
         self._runner = runner_class(reactor, argv, environment)
         self._slots = defer.DeferredSemaphore(MAX_CONCURRENT_READS)
 
@@ -584,7 +185,7 @@ class SpiderInspector:
                 " does a spider file call os._exit() or crash Python?"
             )
         message = f"reading the files of project {project.name!r} failed: {what}"
-        tail = _last_lines(answer.get("stderr") or "")
+        tail = last_lines(answer.get("stderr") or "")
         if tail:
             message += f"\nThe last lines of its error output:\n{tail}"
         raise InspectError(message)
