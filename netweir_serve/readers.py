@@ -34,7 +34,6 @@ STDERR_TAIL_LINES = 15
 _STOPPED = "the service is stopping: spider files are no longer read"
 
 
-
 class InspectError(Exception):
     """Listing or checking failed. ``message`` is a sentence for the person
     who made the request: which file, setting or argument, and why."""
