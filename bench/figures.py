@@ -1,0 +1,348 @@
+"""Measuring each figure of the table on both services.
+
+Every function here takes ``services``, a list of running ``Service``s,
+and measures them in turn, interleaved (one rep or one sample of each,
+then the next, with the order swapped every round), so a slow moment of
+the machine falls on both; it returns ``{service name: value}`` or
+``{service name: {detail: value}}``.
+"""
+
+import os
+import statistics
+import subprocess
+import threading
+import time
+import uuid
+
+from . import load as loadgen
+from .projects import MAIN_FILE
+from .services import wait_until
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid):
+    """CPU seconds (user + system) the process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rounds(services, count):
+    """(round, service) pairs: every service once per round, the order
+    reversed on odd rounds."""
+    for n in range(count):
+        order = services if n % 2 == 0 else list(reversed(services))
+        for service in order:
+            yield n, service
+
+
+# -- HTTP load -------------------------------------------------------------------
+
+
+def measure_load(service, path, connections, duration, warmup=0.0):
+    """One load run against ``service``; a dict of what it measured."""
+    if warmup:
+        loadgen.load(service.port, path, connections, warmup)
+    cpu0, wall0 = process_cpu(service.pid), time.monotonic()
+    result = loadgen.load(service.port, path, connections, duration)
+    wall = time.monotonic() - wall0
+    return {
+        "rps": result.rps,
+        "p50": result.percentile(50),
+        "p99": result.percentile(99),
+        "stalled": result.stalled,
+        "errors": result.errors,
+        "unfinished": result.unfinished,
+        "connects": result.connects,
+        "server_cpu": (process_cpu(service.pid) - cpu0) / wall,
+        "client_cpu": result.client_cpu,
+        "error_samples": result.error_samples,
+    }
+
+
+def load_figure(services, path, connections, duration, reps, warmup=0.0, log=None):
+    """``reps`` interleaved load runs per service; per service, the median
+    of requests/s and of p99, the total of stalled requests and errors,
+    and every run."""
+    runs = {s.name: [] for s in services}
+    for n, service in rounds(services, reps):
+        run = measure_load(service, path, connections, duration, warmup)
+        runs[service.name].append(run)
+        if log:
+            log(f"  {service.name:14} {path} rep {n + 1}: {run['rps']:,.0f} req/s,"
+                f" p99 {_ms(run['p99'])}, stalled {run['stalled']}, errors {run['errors']},"
+                f" server CPU {run['server_cpu']:.0%}, client CPU {run['client_cpu']:.0%}")
+    return {name: {
+        "rps": statistics.median(r["rps"] for r in rs),
+        "p99": statistics.median(r["p99"] for r in rs),
+        "stalled": sum(r["stalled"] for r in rs),
+        "errors": sum(r["errors"] for r in rs),
+        "runs": rs,
+    } for name, rs in runs.items()}
+
+
+def _ms(seconds):
+    if seconds is None:
+        return "-"
+    if seconds == float("inf"):
+        return "unanswered"
+    return f"{seconds * 1000:,.1f} ms"
+
+
+# -- single requests -------------------------------------------------------------------
+
+
+def latency_samples(participants, count, log=None, label=""):
+    """``count`` interleaved calls of each ``(name, measure)`` in
+    ``participants`` (``measure()`` returns seconds);
+    {name: {"p50": median, "samples": [...]}}."""
+    samples = {name: [] for name, _ in participants}
+    for _, (name, measure) in rounds(participants, count):
+        samples[name].append(measure())
+    result = {name: {"p50": statistics.median(values), "samples": values}
+              for name, values in samples.items()}
+    if log:
+        for name, r in result.items():
+            log(f"  {name:14} {label}: p50 {_ms(r['p50'])}"
+                f" (min {_ms(min(r['samples']))}, max {_ms(max(r['samples']))})")
+    return result
+
+
+def each(services, make):
+    """[(name, measure)] for ``latency_samples``: ``make(service)`` is the
+    measure of one service."""
+    return [(s.name, make(s)) for s in services]
+
+
+def time_listspiders(project):
+    def make(service):
+        def measure():
+            started = time.perf_counter()
+            answer = service.get("listspiders.json", [("project", project)])
+            elapsed = time.perf_counter() - started
+            if answer.get("status") != "ok":
+                raise RuntimeError(f"{service.name}: listspiders.json failed: {answer}")
+            return elapsed
+        return measure
+    return make
+
+
+def time_schedule(service):
+    """A schedule.json while both slots are held (the job stays pending),
+    then the job is cancelled, outside the time."""
+    def measure():
+        started = time.perf_counter()
+        jobid = service.schedule("one", "trivial")
+        elapsed = time.perf_counter() - started
+        service.cancel("one", jobid)
+        return elapsed
+    return measure
+
+
+def hold_slots(service, count, timeout=60):
+    """Schedules ``count`` blocker jobs and waits until they run; their ids."""
+    jobs = [service.schedule("one", "blocker") for _ in range(count)]
+    wait_until(lambda: service.counts()["running"] >= count, timeout,
+               f"{service.name}: the blockers to run")
+    return jobs
+
+
+def release_slots(service, jobs, timeout=60):
+    for jobid in jobs:
+        service.cancel("one", jobid)
+    service.wait_counts(timeout, "the blockers to end", running=0)
+
+
+def _read_stamp(stampfile, what):
+    wait_until(lambda: os.path.exists(stampfile), 30, f"{what}: the stamp spider to run",
+               interval=0.001)
+    with open(stampfile) as f:
+        return float(f.read())
+
+
+def idle_to_code(service, scratch):
+    """The measure of the time from just before schedule.json is sent to
+    the moment the stamp spider's code runs (its own time.time()), on an
+    idle service; it then waits for the job to end."""
+
+    def measure():
+        service.wait_counts(60, "to be idle", pending=0, running=0)
+        stampfile = os.path.join(scratch, f"stamp-{uuid.uuid4().hex}")
+        started = time.time()
+        service.schedule("one", "stamp", stampfile=stampfile)
+        stamped = _read_stamp(stampfile, service.name)
+        service.wait_counts(60, "the stamp job to end", pending=0, running=0)
+        return stamped - started
+
+    return measure
+
+
+def direct_to_code(python, project_dir, scratch):
+    """The same without a service: from just before ``netweir crawl`` is
+    started (as a service would start it) to the stamp spider's code."""
+
+    def measure():
+        stampfile = os.path.join(scratch, f"stamp-{uuid.uuid4().hex}")
+        argv = crawl_argv(python, project_dir, "stamp",
+                          os.path.join(scratch, "direct-stamp.jsonl"))
+        started = time.time()
+        process = subprocess.Popen(argv + [f"-astampfile={stampfile}"], cwd=project_dir,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=crawl_environment(),
+                                   start_new_session=True)
+        try:
+            stamped = _read_stamp(stampfile, "directly")
+        finally:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return stamped - started
+
+    return measure
+
+
+# -- jobs ----------------------------------------------------------------------------
+
+
+def crawl_argv(python, project_dir, spider, items):
+    return [python, "-m", "netweir", "crawl", os.path.join(project_dir, MAIN_FILE),
+            f"--spider={spider}", f"--output={items}"]
+
+
+def crawl_environment():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NETWEIR_SERVE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_direct(python, project_dir, count, parallel, scratch, timeout=600):
+    """Runs ``count`` trivial crawls directly, ``parallel`` at a time, as
+    ``netweir crawl`` from the project's directory; seconds taken."""
+    os.makedirs(scratch, exist_ok=True)
+    env = crawl_environment()
+    running = []
+    started = time.monotonic()
+    deadline = started + timeout
+    failed = 0
+    with open(os.devnull, "wb") as devnull:
+        for n in range(count):
+            while len(running) >= parallel:
+                running, failed = _reap(running, failed, deadline)
+            argv = crawl_argv(python, project_dir, "trivial",
+                              os.path.join(scratch, f"direct-{n}.jsonl"))
+            running.append(subprocess.Popen(argv, cwd=project_dir, stdin=subprocess.DEVNULL,
+                                            stdout=devnull, stderr=devnull, env=env,
+                                            start_new_session=True))
+        while running:
+            running, failed = _reap(running, failed, deadline)
+    if failed:
+        raise RuntimeError(f"{failed} of the direct crawls failed")
+    return time.monotonic() - started
+
+
+def _reap(running, failed, deadline):
+    if time.monotonic() > deadline:
+        for p in running:
+            p.kill()
+        raise TimeoutError("the direct crawls took too long")
+    still = []
+    for p in running:
+        code = p.poll()
+        if code is None:
+            still.append(p)
+        elif code != 0:
+            failed += 1
+    if len(still) == len(running):
+        time.sleep(0.002)
+    return still, failed
+
+
+def run_through(service, count, timeout=600):
+    """Schedules ``count`` trivial jobs on an idle ``service`` (one client,
+    one request after the other) and waits until every one has ended;
+    seconds from the first schedule.json to the end of the last job, and
+    how many did not finish with outcome "finished"."""
+    service.wait_counts(60, "to be idle", pending=0, running=0)
+    started = time.monotonic()
+    jobs = [service.schedule("one", "trivial") for _ in range(count)]
+    wait_until(lambda: (lambda c: c["pending"] == 0 and c["running"] == 0)(service.counts()),
+               timeout, f"{service.name}: {count} jobs to end", interval=0.01)
+    elapsed = time.monotonic() - started
+    finished = service.get("listjobs.json")["finished"]
+    outcomes = {e["id"].lower(): e.get("outcome") for e in finished}
+    bad = sum(1 for j in jobs if outcomes.get(j.lower()) != "finished")
+    return elapsed, bad
+
+
+def job_overhead(services, python, project_dir, jobs, chunk, parallel, scratch, log=None):
+    """Runs ``jobs`` trivial crawls directly and through each service, in
+    interleaved chunks of ``chunk`` (so that a busy moment of the machine
+    falls on all three alike); {"direct": seconds, name: seconds, ...,
+    "not_finished": {name: count}}."""
+    direct = "direct"
+    totals = {direct: 0.0, **{s.name: 0.0 for s in services}}
+    bad = {s.name: 0 for s in services}
+    participants = [(direct, None)] + [(s.name, s) for s in services]
+    done, n = 0, 0
+    while done < jobs:
+        k = min(chunk, jobs - done)
+        order = participants[n % len(participants):] + participants[:n % len(participants)]
+        for name, service in order:
+            if service is None:
+                took = run_direct(python, project_dir, k, parallel, scratch)
+            else:
+                took, failed = run_through(service, k)
+                bad[name] += failed
+            totals[name] += took
+            if log:
+                log(f"  {k} jobs {name + ':':15} {took:.2f} s")
+        done += k
+        n += 1
+    totals["not_finished"] = bad
+    return totals
+
+
+def fill_finished(services, target, threads=4, timeout=300):
+    """Brings each service's finished jobs up to ``target`` through the
+    public API alone, quickly: with every slot held by a blocker, each job
+    is scheduled (it stays pending) and cancelled at once, which finishes
+    it. All services are filled at the same time (nothing is measured)."""
+    errors = []
+
+    def fill(service, count):
+        try:
+            for _ in range(count):
+                service.cancel("one", service.schedule("one", "trivial"))
+        except Exception as e:  # reported below
+            errors.append(f"{service.name}: {e}")
+
+    workers = []
+    for service in services:
+        missing = target - service.counts()["finished"]
+        for n in range(threads):
+            share = missing // threads + (1 if n < missing % threads else 0)
+            if share > 0:
+                workers.append(threading.Thread(target=fill, args=(service, share), daemon=True))
+    for w in workers:
+        w.start()
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        w.join(max(0.0, deadline - time.monotonic()))
+    if any(w.is_alive() for w in workers):
+        raise TimeoutError(f"filling the job tables took more than {timeout} s")
+    if errors:
+        raise RuntimeError("; ".join(errors[:3]))
+    for service in services:
+        finished = service.counts()["finished"]
+        if finished != target:
+            raise RuntimeError(f"{service.name} has {finished} finished jobs, not {target}")
+
+
+def settle_rss(service, seconds=1.0):
+    """The daemon's RSS after ``seconds`` of quiet, in MB."""
+    time.sleep(seconds)
+    return service.rss_mb()
+
