@@ -9,8 +9,8 @@ import sys
 from twisted.application import service
 from twisted.internet.error import CannotListenError
 from twisted.logger import (
-    FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner,
-    textFileLogObserver)
+    FilteringLogObserver, InvalidLogLevelError, LogLevel, LogLevelFilterPredicate,
+    globalLogBeginner, textFileLogObserver)
 from twisted.python import usage
 
 from .dirlock import DirectoryBusy
@@ -21,6 +21,10 @@ PROG = "netweir-serve"
 
 # The .tac file reads its options from here, as a command line would give them.
 TAC_OPTIONS_VARIABLE = "NETWEIR_SERVE_OPTIONS"
+
+# How much the service logs: info unless this says debug (each request),
+# warn, error or critical.
+LOG_LEVEL_VARIABLE = "NETWEIR_SERVE_LOG_LEVEL"
 
 # Seconds between a cancel and the kill: 30 unless this says otherwise. Not
 # an option, so the command line stays that of `netweir serve`; tests set it.
@@ -52,21 +56,31 @@ def parse(argv, environ=None):
     return options
 
 
-def build(options, reactor):
+def build(options, reactor, log_requests=False):
     """The service for parsed ``options``; exits with status 1 when the
     directory belongs to another running service."""
     grace = _grace(options.environ)
     try:
-        return makeService(options.config(), reactor, grace=grace)
+        return makeService(options.config(), reactor, grace=grace, log_requests=log_requests)
     except DirectoryBusy as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(1) from None
 
 
-def _start_logging():
+def _log_level(environ):
+    name = environ.get(LOG_LEVEL_VARIABLE, "info").lower()
+    try:
+        return LogLevel.levelWithName(name)
+    except InvalidLogLevelError:
+        sys.stderr.write(f"{PROG}: error: {LOG_LEVEL_VARIABLE} must be debug, info, warn,"
+                         f" error or critical, not {name!r}\n")
+        raise SystemExit(2) from None
+
+
+def _start_logging(level):
     observer = FilteringLogObserver(
         textFileLogObserver(sys.stderr, timeFormat="%Y-%m-%d %H:%M:%S%z"),
-        [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])
+        [LogLevelFilterPredicate(defaultLogLevel=level)])
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
 
 
@@ -74,10 +88,15 @@ def main(argv=None):
     """``netweir-serve [options]``: runs until stopped; exit status 0 after
     a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options."""
     options = parse(sys.argv[1:] if argv is None else argv)
+    level = _log_level(options.environ)
+    # The service speaks plain HTTP: keep Twisted from loading pyOpenSSL for
+    # TLS it will never use (about 12 MB, and every connection's writes go
+    # through its TLS layer once it is there).
+    sys.modules.setdefault("OpenSSL", None)
     from twisted.internet import reactor
 
-    serve = build(options, reactor)
-    _start_logging()
+    serve = build(options, reactor, log_requests=level <= LogLevel.debug)
+    _start_logging(level)
     try:
         serve.privilegedStartService()
     except CannotListenError as e:

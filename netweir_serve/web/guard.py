@@ -18,6 +18,7 @@ two, 401 with a ``WWW-Authenticate`` challenge for the third.
 import binascii
 import hashlib
 import hmac
+import functools
 import ipaddress
 import re
 from base64 import b64decode
@@ -70,6 +71,7 @@ UNAUTHORIZED = Refusal(
 )
 
 
+@functools.lru_cache(maxsize=256)
 def is_loopback_host(value):
     """Whether the ``Host`` header value ``value`` (bytes) names
     ``localhost`` or a loopback address, with or without a port.
