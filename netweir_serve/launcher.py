@@ -153,6 +153,12 @@ class Launcher:
         except (StartRefused, OSError) as e:
             self._fail_to_start(record, files, str(e))
             return
+        except Exception as e:
+            # Whatever else refuses the start, the job must end and the
+            # poller's loop go on: a job left pending would be retried forever.
+            self.log.failure("job {jobid}: unexpected error starting it", jobid=record.id)
+            self._fail_to_start(record, files, f"{type(e).__name__}: {e}")
+            return
         job = RunningJob(record=self._store.mark_running(record.id, pid, self._reactor.seconds()),
                          files=files, pid=pid)
         self._running[fold(record.id)] = job

@@ -110,6 +110,14 @@ class FrameTests(unittest.TestCase):
             self.assertIn(status, (400, 415), body)
             self.assertEqual(json.loads(answer)["status"], "error")
 
+    def test_nul_character_in_any_parameter_is_refused(self):
+        for form in ([("project", "shop"), ("spider", "echo"), ("category", "a\0b")],
+                     [("project", "shop"), ("spider", "echo"), ("setting", "robots_agent=a\0")]):
+            status, answer = self.daemon.post("schedule.json", form)
+            self.assertEqual(status, 400)
+            self.assertIn("NUL", answer["message"])
+        self.assertEqual(self.daemon.get("daemonstatus.json")[1]["pending"], 0)
+
     def test_parameters_from_query_and_body_together(self):
         status, _, body = self.daemon.call(
             "POST", "/cancel.json?project=shop", body=b"job=nosuch",

@@ -343,3 +343,13 @@ class StoppingTests(unittest.TestCase):
         fired = []
         rig.launcher.stop().addCallback(fired.append)
         self.assertEqual(fired, [None])
+
+
+class UnexpectedStartErrorTests(unittest.TestCase):
+    def test_any_error_while_starting_fails_the_job_and_the_queue_goes_on(self):
+        rig = Rig(self, max_jobs=1, fail_with=ValueError("embedded null byte"))
+        rig.schedule("a")
+        rig.schedule("b")
+        self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["failed", "failed"])
+        self.assertIn("embedded null byte", rig.store.get("a").reason)
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 2)

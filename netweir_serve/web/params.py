@@ -48,6 +48,12 @@ class Params:
             if kind.lower() != FORM_TYPE:
                 raise ApiError(415, f"the body must be form data ({FORM_TYPE}), not {kind!r}")
             pairs += _decode(body, "request body")
+        for key, value in pairs:
+            # Nothing here can carry one: not a name, a setting, an argument
+            # (it would end a C string on the crawl's command line).
+            if "\0" in key or "\0" in value:
+                raise ApiError(400, f"parameter {key.replace(chr(0), '')!r} contains a NUL"
+                                    " character")
         return cls(pairs)
 
     def all(self, key):
