@@ -55,8 +55,9 @@ def read_stats(path):
 
 
 def delete_files(files):
-    """Removes a forgotten job's files, and the spider and project folders
-    they leave empty. Returns the paths that could not be removed."""
+    """Removes a forgotten job's files. Returns the paths that could not be
+    removed. Folders stay: a job of the same spider that has just started
+    may not have written into them yet, and needs them there."""
     failed = []
     for path in files.all():
         try:
@@ -65,10 +66,4 @@ def delete_files(files):
             pass
         except OSError:
             failed.append(path)
-            continue
-        for folder in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
     return failed

@@ -180,17 +180,21 @@ class Launcher:
         return argv, project.workdir
 
     def _spawn(self, record, argv, workdir, files):
-        log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        opened = []
         try:
+            log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                             0o644)
+            opened.append(log_fd)
+            null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            opened.append(null_fd)
             command = in_own_session(argv)
             process = self._reactor.spawnProcess(
                 CrawlProtocol(record.id, self._process_ended), command[0], command,
                 env=job_environment(self._environ), path=workdir,
                 childFDs={0: null_fd, 1: log_fd, 2: log_fd})
         finally:
-            os.close(log_fd)
-            os.close(null_fd)
+            for fd in opened:
+                os.close(fd)
         return process.pid
 
     def _fail_to_start(self, record, files, reason):
@@ -234,7 +238,21 @@ class Launcher:
         for call in (job.stats_call, job.kill_call):
             if call is not None and call.active():
                 call.cancel()
-        status = exit_status_of(reason)
+        record = None
+        try:
+            record = self._record_end(job, exit_status_of(reason))
+        except Exception:
+            # A full disk, say: the job is marked lost at the next start.
+            self.log.failure("job {jobid}: could not record how it ended", jobid=jobid)
+        finally:
+            # The slot is free whatever happened; the service hears of it
+            # before whoever waits for the job (stopping closes the store).
+            if record is not None:
+                self._job_ended(record)
+            for d in job.ended:
+                d.callback(record)
+
+    def _record_end(self, job, status):
         stats = read_stats(job.files.stats) or job.stats
         if job.cancel_requested:
             outcome = "cancelled"
@@ -242,13 +260,11 @@ class Launcher:
             outcome = "finished" if status == 0 else "failed"
         # ScrapydWeb reads a crawl's numbers from the end of its log.
         append_stats(job.files.log, stats, outcome, self._reactor.seconds())
-        record = self._store.mark_finished(jobid, outcome, self._reactor.seconds(),
+        record = self._store.mark_finished(job.record.id, outcome, self._reactor.seconds(),
                                            exit_status=status, stats=stats)
         self.log.info("job {jobid} ended: {outcome} (exit status {status})",
-                      jobid=jobid, outcome=outcome, status=status)
-        for d in job.ended:
-            d.callback(record)
-        self._job_ended(record)
+                      jobid=job.record.id, outcome=outcome, status=status)
+        return record
 
     # -- stopping --------------------------------------------------------------
 

@@ -64,6 +64,16 @@ class RunningTests(CrawlTestCase):
         self.assertEqual(item["category"], "fiction")
         self.assertEqual(item["environ"], [])
 
+    def test_log_and_items_urls_ignore_the_case_of_project_and_job(self):
+        daemon = self.daemon()
+        entry = daemon.wait_state(daemon.must_schedule("shop", "echo", jobid="Job1"), "finished")
+        log = daemon.call("GET", entry["log_url"])[2]
+        items = daemon.call("GET", entry["items_url"])[2]
+        self.assertTrue(log and items)
+        for project, job in (("shop", "job1"), ("SHOP", "Job1"), ("Shop", "JOB1")):
+            self.assertEqual(daemon.call("GET", f"/logs/{project}/echo/{job}.log")[2], log)
+            self.assertEqual(daemon.call("GET", f"/items/{project}/echo/{job}.jl")[2], items)
+
     def test_failed_end_of_crawl_check_is_failed(self):
         daemon = self.daemon()
         entry = daemon.wait_state(daemon.must_schedule("shop", "failing"), "finished")

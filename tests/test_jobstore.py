@@ -1,5 +1,8 @@
+import os
+
 from twisted.trial import unittest
 
+from netweir_serve.jobfiles import delete_files, job_files
 from netweir_serve.jobstore import DuplicateJob, JobRecord, JobStore
 
 
@@ -90,3 +93,17 @@ class JobStoreTests(unittest.TestCase):
         self.store.mark_finished("a", "cancelled", 1.0)
         self.assertEqual([r.id for r in self.store.prune(0)], ["a"])
         self.assertIsNone(self.store.get("a"))
+
+
+class DeletingFilesTests(unittest.TestCase):
+    def test_forgotten_files_go_and_their_folders_stay(self):
+        root = os.path.abspath(self.mktemp())
+        files = job_files(root, "shop", "books", "old")
+        for path in files.all():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").close()
+        self.assertEqual(delete_files(files), [])
+        for path in files.all():
+            self.assertFalse(os.path.exists(path))
+            # A job of the same spider that just started writes here next.
+            self.assertTrue(os.path.isdir(os.path.dirname(path)))

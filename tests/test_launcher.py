@@ -353,3 +353,30 @@ class UnexpectedStartErrorTests(unittest.TestCase):
         self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["failed", "failed"])
         self.assertIn("embedded null byte", rig.store.get("a").reason)
         self.assertEqual(len(self.flushLoggedErrors(ValueError)), 2)
+
+
+class RecordingFailureTests(unittest.TestCase):
+    def test_a_failure_to_record_the_end_still_frees_the_slot_and_the_stop(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("a")
+        rig.schedule("b")
+        stopped = []
+        rig.launcher.stop().addCallback(stopped.append)
+
+        def disk_full(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        self.patch(rig.store, "mark_finished", disk_full)
+        rig.process_of("a").exit(130)
+        self.assertEqual(stopped, [None])
+        self.assertEqual(rig.launcher.slots_free(), 0)  # stopping: nothing more starts
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+
+    def test_the_service_hears_of_the_end_before_the_stop_fires(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        order = []
+        rig.launcher._job_ended = lambda record: order.append("job ended")
+        rig.launcher.stop().addCallback(lambda _: order.append("stopped"))
+        rig.process_of("a").exit(130)
+        self.assertEqual(order, ["job ended", "stopped"])

@@ -29,6 +29,20 @@ class CredentialTests(CrawlTestCase):
         daemon.stop()
         self.assertNotIn(PASSWORD, daemon.output())
 
+    def test_a_site_password_given_as_a_setting_is_not_listed(self):
+        daemon = self.daemon("--max-jobs", "1")
+        blocker = daemon.must_schedule("shop", "slow", delay="0.2")
+        daemon.wait_state(blocker, "running")
+        waiting = daemon.must_schedule("shop", "echo", ["http_auth=me:site-pass",
+                                                        "http_auth_domain=example.com"])
+        _, listing = daemon.get("listjobs.json")
+        [entry] = [e for e in listing["pending"] if e["id"] == waiting]
+        self.assertEqual(entry["settings"]["http_auth"], "me:***")
+        self.assertNotIn(b"site-pass", daemon.call("GET", "/listjobs.json")[2])
+        for jobid in (waiting, blocker):
+            daemon.post("cancel.json", {"project": "shop", "job": jobid})
+        daemon.wait_state(blocker, "finished")
+
     def test_every_kind_of_path_needs_the_credentials(self):
         daemon = self.daemon(env=SECRET_ENV, auth=(USER, PASSWORD))
         jobid = daemon.must_schedule("shop", "echo")

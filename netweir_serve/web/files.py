@@ -10,7 +10,7 @@ import os
 from twisted.web import static
 from twisted.web.resource import Resource
 
-from ..names import is_name
+from ..names import fold, is_name
 from .answer import write_error
 
 # Exact types: scrapyd-api reads a log as text only when it is text/plain.
@@ -79,19 +79,33 @@ class JobFiles(Resource):
         return write_error(request, 404, "no such path")
 
 
+def _on_disk(folder, name):
+    """``name`` as it is spelled in ``folder``: project names and job ids
+    ignore case, so /logs/SHOP/books/JOB1.log is shop/books/Job1.log."""
+    if os.path.exists(os.path.join(folder, name)):
+        return name
+    wanted = fold(name)
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return name
+    return next((entry for entry in entries if fold(entry) == wanted), name)
+
+
 def _Level(files, parts, segment, request):
     """The resource for ``segment`` after the names in ``parts``."""
     text = segment.decode("utf-8", "replace")
+    folder = os.path.join(files.root, *parts)
     if len(parts) < 2:
         if text == "" and files.lister is not None:
             return _Listing(files, parts)
         if not is_name(text):
             return NotFound("no such path")
-        return _Folder(files, parts + [text])
+        return _Folder(files, parts + [_on_disk(folder, text)])
     for suffix in files.suffixes:
         if text.endswith(suffix) and is_name(text[: -len(suffix)]):
-            stored = text[: -len(suffix)] + files.suffixes[-1]
-            return JobFile(os.path.join(files.root, *parts, stored), files.content_type)
+            stored = _on_disk(folder, text[: -len(suffix)] + files.suffixes[-1])
+            return JobFile(os.path.join(folder, stored), files.content_type)
     if text == "" and files.lister is not None:
         return _Listing(files, parts)
     return NotFound("no such file")

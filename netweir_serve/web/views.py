@@ -20,6 +20,14 @@ def items_url(record):
     return f"/items/{record.project}/{record.spider}/{record.id}.jl"
 
 
+def _shown(key, value):
+    """A setting's value as listings show it: a password is not shown."""
+    if key == "http_auth":
+        user, _, _ = value.partition(":")
+        return f"{user}:***"
+    return value
+
+
 def job_entry(record):
     """One job of listjobs.json."""
     entry = {
@@ -31,7 +39,7 @@ def job_entry(record):
     }
     if record.state == PENDING:
         entry["priority"] = record.priority
-        entry["settings"] = {k: v for k, v in record.settings}
+        entry["settings"] = {k: _shown(k, v) for k, v in record.settings}
         entry["arguments"] = {k: v for k, v in record.arguments}
         entry["start_time"] = None
         entry["end_time"] = None
