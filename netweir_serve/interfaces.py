@@ -29,9 +29,6 @@ class IJobStore(Interface):
     def next_pending():
         """The pending job to start next (highest priority, then oldest), or None."""
 
-    def pending_count():
-        """How many jobs wait."""
-
     def mark_running(jobid, pid, start_time):
         """Records that the job's process started. Returns the new record."""
 

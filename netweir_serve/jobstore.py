@@ -150,10 +150,6 @@ class JobStore:
         return self._one(
             "state = ? ORDER BY priority DESC, seq LIMIT 1", (PENDING,))
 
-    def pending_count(self):
-        return self._db.execute(
-            "SELECT COUNT(*) FROM jobs WHERE state = ?", (PENDING,)).fetchone()[0]
-
     def mark_running(self, jobid, pid, start_time):
         self._write(
             "UPDATE jobs SET state = ?, pid = ?, start_time = ? WHERE key = ?",

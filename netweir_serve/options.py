@@ -50,7 +50,6 @@ class ServeConfig:
     max_jobs: int = 1
     keep: int = 100
     credentials: tuple = None
-    insecure_no_auth: bool = False
 
     @property
     def loopback_only(self):
@@ -175,5 +174,4 @@ class ServeOptions(usage.Options):
             max_jobs=self["max-jobs"],
             keep=self["keep"],
             credentials=self["credentials"],
-            insecure_no_auth=self["insecure-no-auth"],
         )

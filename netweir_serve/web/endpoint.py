@@ -5,7 +5,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from .answer import encode, error_body, ok_body, write_error, write_json, NODE_NAME
+from .answer import ok_body, write_error, write_json
 from .params import ApiError, Params
 
 log = Logger()
@@ -65,5 +65,3 @@ class JsonEndpoint(Resource):
         request.write(body)
         request.finish()
 
-
-__all__ = ["JsonEndpoint", "ApiError", "encode", "error_body", "ok_body", "NODE_NAME"]

@@ -60,8 +60,8 @@ class JobFile(static.File):
         return NotFound("no such file")
 
 
-class JobFiles(Resource):
-    """/logs or /items: three levels of names, then a job file."""
+class JobFileTree(Resource):
+    """/logs or /items: a project folder, a spider folder, then job files."""
 
     def __init__(self, root, suffixes, content_type, lister=None):
         super().__init__()
@@ -121,6 +121,9 @@ class _Folder(Resource):
         return _Level(self.files, self.parts, segment, request)
 
     def render(self, request):
+        # /logs/P or /logs/P/S without its slash: the lister redirects it.
+        if self.files.lister is not None:
+            return self.files.lister(request, self.files.root, self.parts)
         return write_error(request, 404, "no such path")
 
 

@@ -28,7 +28,6 @@ import os
 from html import escape
 from urllib.parse import quote
 
-from twisted.web.resource import Resource
 from twisted.web.util import redirectTo
 
 from ..names import is_name
@@ -106,7 +105,7 @@ def listing_html(path, rows):
 
 
 class DirectoryLister:
-    """The ``lister`` of a JobFiles tree of ``kind`` (LOGS or ITEMS):
+    """The ``lister`` of a JobFileTree of ``kind`` (LOGS or ITEMS):
     called with the request, the tree's root folder and the names in the
     path (none, project, or project and spider).
 
@@ -145,37 +144,6 @@ def _with_slash(request):
     # request.path, not request.uri: it has doubled leading slashes folded.
     query = request.uri.partition(b"?")[2]
     return request.path + b"/" + (b"?" + query if query else b"")
-
-
-class SlashFolders(Resource):
-    """A JobFiles tree whose folders, asked without their trailing slash
-    (/logs/P, /logs/P/S), reach the lister, which redirects them: JobFiles
-    itself answers 404 for a folder and calls the lister only for P/ and
-    P/S/. Everything else is the tree's own answer."""
-
-    def __init__(self, tree, files, parts=()):
-        super().__init__()
-        self.tree = tree
-        self.files = files
-        self.parts = list(parts)
-
-    def getChild(self, segment, request):
-        child = self.tree.getChildWithDefault(segment, request)
-        name = segment.decode("utf-8", "replace")
-        if len(self.parts) < 2 and is_name(name):
-            return SlashFolders(child, self.files, self.parts + [name])
-        return child
-
-    def render(self, request):
-        return self.files.lister(request, self.files.root, self.parts)
-
-
-def listed(files):
-    """``files`` (a JobFiles) as mounted in the site: wrapped by
-    SlashFolders when it has a lister, unchanged otherwise."""
-    if files.lister is None:
-        return files
-    return SlashFolders(files, files)
 
 
 def listers(top_level=False):

@@ -6,8 +6,7 @@ from twisted.web.resource import Resource
 
 from .answer import write_error
 from .api import endpoints
-from .files import ITEMS_TYPE, LOG_TYPE, JobFiles
-from .listings import listed
+from .files import ITEMS_TYPE, LOG_TYPE, JobFileTree
 
 
 class Root(Resource):
@@ -20,11 +19,10 @@ class Root(Resource):
         listers = listers or {}
         for path, resource in endpoints(api).items():
             self.putChild(path, resource)
-        self.putChild(b"logs", listed(JobFiles(os.path.join(directory, "logs"), (".log",),
-                                               LOG_TYPE, listers.get(b"logs"))))
-        self.putChild(b"items", listed(JobFiles(os.path.join(directory, "items"),
-                                                (".jl", ".jsonl"), ITEMS_TYPE,
-                                                listers.get(b"items"))))
+        self.putChild(b"logs", JobFileTree(os.path.join(directory, "logs"), (".log",),
+                                           LOG_TYPE, listers.get(b"logs")))
+        self.putChild(b"items", JobFileTree(os.path.join(directory, "items"),
+                                            (".jl", ".jsonl"), ITEMS_TYPE, listers.get(b"items")))
         for path, resource in (pages or {}).items():
             self.putChild(path, resource)
 
