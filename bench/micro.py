@@ -45,7 +45,7 @@ def build(directory):
 
 
 def fill(store, count):
-    from netweir_serve.jobstore import JobRecord
+    from netweir_serve.jobs.store.sqlite import JobRecord
 
     now = time.time()
     for n in range(count):

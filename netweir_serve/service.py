@@ -11,12 +11,12 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from .dirlock import lock_directory
-from .inspect import SpiderInspector
-from .jobfiles import delete_files, files_of, read_stats
-from .jobstore import JobStore
-from .launcher import Launcher, job_environment
-from .poller import Poller
-from .scheduler import Scheduler
+from .spiders.reader import SpiderInspector
+from .jobs.files import delete_files, files_of, read_stats
+from .jobs.store.sqlite import JobStore
+from .jobs.launcher import Launcher, job_environment
+from .jobs.poller import Poller
+from .jobs.scheduler import Scheduler
 from .web.api import Api
 from .web.guard import GuardedResource
 from .web.limits import limit

@@ -4,7 +4,7 @@ import os
 
 from twisted.trial import unittest
 
-from netweir_serve.datapaths import PATH_SETTINGS, resolve, resolve_settings
+from netweir_serve.jobs.datapaths import PATH_SETTINGS, resolve, resolve_settings
 
 
 class ResolveTests(unittest.TestCase):

@@ -2,8 +2,8 @@ import os
 
 from twisted.trial import unittest
 
-from netweir_serve.jobfiles import delete_files, job_files
-from netweir_serve.jobstore import DuplicateJob, JobRecord, JobStore
+from netweir_serve.jobs.files import delete_files, job_files
+from netweir_serve.jobs.store.sqlite import DuplicateJob, JobRecord, JobStore
 
 
 def record(jobid, project="shop", priority=0.0, created=0.0):

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 from twisted.trial import unittest
 from zope.interface.verify import verifyClass
 
-from netweir_serve.interfaces import ILauncher, IJobStore, IPoller, IScheduler
-from netweir_serve.jobfiles import job_files
-from netweir_serve.jobstore import JobStore
-from netweir_serve.launcher import Launcher, job_environment
-from netweir_serve.poller import Poller
+from netweir_serve.jobs.interfaces import ILauncher, IJobStore, IPoller, IScheduler
+from netweir_serve.jobs.files import job_files
+from netweir_serve.jobs.store.sqlite import JobStore
+from netweir_serve.jobs.launcher import Launcher, job_environment
+from netweir_serve.jobs.poller import Poller
 from netweir_serve.projects import Project, ProjectTable
-from netweir_serve.scheduler import Scheduler
+from netweir_serve.jobs.scheduler import Scheduler
 
 from .fakes import FakeProcessReactor, SignalLog
 

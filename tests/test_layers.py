@@ -12,7 +12,7 @@ class LayerTests(unittest.TestCase):
     def test_the_daemon_imports_neither_netweir_nor_the_global_reactor(self):
         # makeService's module pulls in every part of the daemon; only the
         # entry points (cli) pick a reactor, and only the reader process
-        # (_child) imports netweir.
+        # (spiders._loader) imports netweir.
         source = (
             "import sys, netweir_serve.service, netweir_serve.twistd_plugin;"
             "print(sorted(m for m in ('netweir', 'twisted.internet.reactor') if m in sys.modules))"

@@ -12,7 +12,7 @@ import re
 
 from twisted.trial import unittest
 
-from netweir_serve.logstats import append_stats, stats_footer
+from netweir_serve.jobs.logstats import append_stats, stats_footer
 
 ENDING = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) [^\n]+?Dumping Scrapy stats:.*?(\{.+\})",
                     re.S)

@@ -16,7 +16,7 @@ from urllib.parse import urljoin
 from twisted.trial import unittest
 
 from netweir_serve import __version__
-from netweir_serve.jobstore import FINISHED, PENDING, RUNNING, JobRecord
+from netweir_serve.jobs.store.sqlite import FINISHED, PENDING, RUNNING, JobRecord
 from netweir_serve.web.listings import file_size, listing_html
 from netweir_serve.web.pages import Jobs, home_html, job_row
 

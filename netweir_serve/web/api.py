@@ -3,8 +3,8 @@
 import math
 import os
 
-from .. import datapaths
-from ..jobstore import DuplicateJob
+from ..jobs import datapaths
+from ..jobs.store.sqlite import DuplicateJob
 from ..names import fold
 from .answer import NODE_NAME, encode, ok_body, write_error
 from .endpoint import JsonEndpoint

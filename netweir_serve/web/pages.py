@@ -18,7 +18,7 @@ from urllib.parse import quote
 from twisted.web.resource import Resource
 
 from .. import __version__
-from ..jobstore import FINISHED, RUNNING
+from ..jobs.store.sqlite import FINISHED, RUNNING
 from .answer import write_error
 from .views import items_url, log_url
 

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from ..jobstore import FINISHED, PENDING, RUNNING
+from ..jobs.store.sqlite import FINISHED, PENDING, RUNNING
 
 
 def format_time(seconds):

@@ -2,7 +2,7 @@
 
 Importing a spider file runs its code, which may crash, hang, print or exit,
 so files are only ever read in a process of their own (the code that runs
-there is netweir_serve._child), a fresh one for every request: an edited
+there is netweir_serve.spiders._loader), a fresh one for every request: an edited
 spider is seen at once, and a broken file is an error naming it rather than
 the daemon's problem.
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from twisted.internet import defer
 
-from . import datapaths
-from .readers import InspectError, OneShotRunner, WarmRunner, last_lines
+from ..jobs import datapaths
+from .runners import InspectError, OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
 # sleeps at import, few enough that a burst of requests can't fork-bomb.
@@ -40,7 +40,7 @@ parent = sys.argv[1]
 added = parent not in sys.path
 if added:
     sys.path.insert(0, parent)
-from netweir_serve import _forkserver
+from netweir_serve.spiders import _forkserver
 if added:
     sys.path.remove(parent)
 _forkserver.main(sys.argv[2:])

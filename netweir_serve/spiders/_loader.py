@@ -21,7 +21,7 @@ import sys
 
 import netweir  # checked against netweir 0.4.0
 
-from .projects import Project
+from ..projects import Project
 
 # A sentence about an exception is for a person to read: a huge str() (a
 # whole response body, say) would only bury the point.

@@ -203,7 +203,7 @@ class OneShotRunner:
         """Nothing to warm up."""
 
     def ask(self, request):
-        """Deferred answer dict (see netweir_serve._child)."""
+        """Deferred answer dict (see netweir_serve.spiders._loader)."""
         if self._stopped:
             return defer.fail(InspectError(_STOPPED))
         payload = json.dumps(request).encode("utf-8")
@@ -319,7 +319,7 @@ class WarmRunner:
         return self._connection
 
     def ask(self, request):
-        """Deferred answer dict (see netweir_serve._child)."""
+        """Deferred answer dict (see netweir_serve.spiders._loader)."""
         if self._stopped:
             return defer.fail(InspectError(_STOPPED))
         request_id = next(self._ids)

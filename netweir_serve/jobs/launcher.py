@@ -18,9 +18,9 @@ from zope.interface import implementer
 
 from . import datapaths
 from .interfaces import ILauncher
-from .jobfiles import files_of, read_stats
+from .files import files_of, read_stats
 from .logstats import append_stats
-from .names import fold
+from ..names import fold
 
 # What the job's environment must never see: the service's credentials.
 SECRET_PREFIX = "NETWEIR_SERVE_"

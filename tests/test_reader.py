@@ -7,7 +7,7 @@ import textwrap
 from twisted.internet import defer, reactor, task, utils
 from twisted.trial import unittest
 
-from netweir_serve.inspect import CheckedJob, InspectError, SpiderInspector, split_setting
+from netweir_serve.spiders.reader import CheckedJob, InspectError, SpiderInspector, split_setting
 from netweir_serve.projects import Project
 
 
@@ -503,7 +503,7 @@ class ImportsTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_daemon_side_imports_neither_netweir_nor_the_global_reactor(self):
         source = (
-            "import sys, netweir_serve.inspect, netweir_serve.datapaths;"
+            "import sys, netweir_serve.spiders.reader, netweir_serve.jobs.datapaths;"
             "print(sorted(m for m in ('netweir', 'twisted.internet.reactor') if m in sys.modules))"
         )
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

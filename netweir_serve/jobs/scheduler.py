@@ -3,8 +3,8 @@
 from zope.interface import implementer
 
 from .interfaces import IScheduler
-from .jobstore import FINISHED, PENDING, RUNNING, JobRecord
-from .names import new_job_id
+from .store.sqlite import FINISHED, PENDING, RUNNING, JobRecord
+from ..names import new_job_id
 
 
 @implementer(IScheduler)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 
 from zope.interface import implementer
 
-from .interfaces import IJobStore
-from .names import fold
+from ..interfaces import IJobStore
+from ...names import fold
 
 PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 OUTCOMES = ("finished", "failed", "cancelled", "lost")

@@ -1,4 +1,4 @@
-"""The processes that read spider files: the plumbing around ``_child.answer``.
+"""The processes that read spider files: the plumbing around ``_loader.answer``.
 
 It runs in one of two modes, chosen by the first command-line argument:
 
@@ -37,7 +37,7 @@ import signal
 import sys
 import time
 
-from ._child import answer
+from ._loader import answer
 
 # The most a child may answer; past it the answer is refused, not relayed.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024

@@ -1,0 +1,1 @@
+"""The job core: records, the store, submitting, queueing, launching, job files."""

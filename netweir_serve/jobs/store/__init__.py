@@ -1,0 +1,1 @@
+"""The job table's backends."""
