@@ -1,0 +1,1 @@
+"""Recurring schedules: spiders run as jobs at cron times or at intervals."""
