@@ -13,7 +13,7 @@ from twisted.logger import (
     globalLogBeginner, textFileLogObserver)
 from twisted.python import usage
 
-from .dirlock import DirectoryBusy
+from .dirlock import DirectoryBusy, DirectoryUnusable
 from .options import ServeOptions
 from .service import makeService
 
@@ -62,7 +62,7 @@ def build(options, reactor, log_requests=False):
     grace = _grace(options.environ)
     try:
         return makeService(options.config(), reactor, grace=grace, log_requests=log_requests)
-    except DirectoryBusy as e:
+    except (DirectoryBusy, DirectoryUnusable) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(1) from None
 

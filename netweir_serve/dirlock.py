@@ -1,13 +1,85 @@
 """One service per --dir: an exclusive lock that dies with the process."""
 
+import errno
 import fcntl
 import os
+import stat
 
 LOCK_NAME = "lock"
 
 
-class DirectoryBusy(Exception):
+class DirectoryError(Exception):
+    """The service cannot have the directory; the message says why."""
+
+
+class DirectoryBusy(DirectoryError):
     """Another live process holds the directory; the message says which."""
+
+
+class DirectoryUnusable(DirectoryError):
+    """The directory, or its lock file, cannot be made, opened or written
+    (a file in the way, a read-only or full disk, no permission); the
+    message names it and says why."""
+
+
+def _unusable(directory, reason):
+    return DirectoryUnusable(f"cannot use --dir {directory}: {reason}")
+
+
+def _said(error):
+    return (error.strerror or str(error)).lower()
+
+
+def _make_directory(directory, made):
+    """Makes ``directory`` and any missing folders above it, outermost
+    first, appending each one made to ``made``. Raises DirectoryUnusable."""
+    missing = []
+    here = os.path.abspath(directory)
+    while True:
+        try:
+            mode = os.stat(here).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            # Missing, or below a file: the file is found further up.
+            missing.append(here)
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            here = parent
+            continue
+        except OSError as e:
+            raise _unusable(directory, f"cannot look at {here}: {_said(e)}") from None
+        if not stat.S_ISDIR(mode):
+            raise _unusable(directory, f"{here} is a file, not a folder")
+        break
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if os.path.isdir(path):
+                continue
+            raise _unusable(directory, f"{path} is a file, not a folder") from None
+        except OSError as e:
+            raise _unusable(directory, f"cannot make the folder {path}: {_said(e)}") from None
+        made.append(path)
+
+
+def _open_lock_file(directory, path):
+    """(fd, whether this call created the file)."""
+    flags = os.O_RDWR | os.O_CLOEXEC
+    try:
+        try:
+            return os.open(path, flags), False
+        except FileNotFoundError:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        # Made meanwhile, by another service starting on it.
+        return _open_lock_file(directory, path)
+    except OSError as e:
+        if e.errno == errno.EISDIR:
+            reason = f"its lock file {path} is a folder"
+        else:
+            reason = f"cannot open its lock file {path}: {_said(e)}"
+        raise _unusable(directory, reason) from None
 
 
 def lock_directory(directory):
@@ -16,19 +88,46 @@ def lock_directory(directory):
 
     A ``flock`` lock is released by the kernel when the process ends however
     it ends (kill -9 included), so a crashed service never leaves a stale
-    lock behind. Raises DirectoryBusy when another process holds it."""
-    os.makedirs(directory, exist_ok=True)
+    lock behind. Raises DirectoryBusy when another process holds it, and
+    DirectoryUnusable, having taken back any folder or lock file it made,
+    when the directory or its lock file cannot be made, opened, locked or
+    written."""
+    made = []
+    fd = None
+    created = False
     path = os.path.join(directory, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise DirectoryBusy(
-            f"{directory} is in use by another netweir-serve (one service per --dir);"
-            " stop that one or give another --dir"
-        ) from None
-    # The pid is for people looking at the directory; the lock is the truth.
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return os.fdopen(fd, "r+")
+        _make_directory(directory, made)
+        fd, created = _open_lock_file(directory, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DirectoryBusy(
+                f"{directory} is in use by another netweir-serve (one service per --dir);"
+                " stop that one or give another --dir"
+            ) from None
+        except OSError as e:
+            raise _unusable(directory, f"cannot lock {path}: {_said(e)}") from None
+        # The pid is for people looking at the directory; the lock is the truth.
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as e:
+            raise _unusable(directory, f"cannot write {path}: {_said(e)}") from None
+        return os.fdopen(fd, "r+")
+    except BaseException as e:
+        if fd is not None:
+            # Never on DirectoryBusy: the file is then another service's.
+            if created and isinstance(e, DirectoryUnusable):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            os.close(fd)
+        for folder in reversed(made):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
+        raise
+
