@@ -9,8 +9,8 @@ import sys
 from twisted.application import service
 from twisted.internet.error import CannotListenError
 from twisted.logger import (
-    FilteringLogObserver, InvalidLogLevelError, LogLevel, LogLevelFilterPredicate,
-    globalLogBeginner, textFileLogObserver)
+    FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner,
+    textFileLogObserver)
 from twisted.python import usage
 
 from .dirlock import DirectoryBusy, DirectoryUnusable
@@ -21,27 +21,6 @@ PROG = "netweir-serve"
 
 # The .tac file reads its options from here, as a command line would give them.
 TAC_OPTIONS_VARIABLE = "NETWEIR_SERVE_OPTIONS"
-
-# How much the service logs: info unless this says debug (each request),
-# warn, error or critical.
-LOG_LEVEL_VARIABLE = "NETWEIR_SERVE_LOG_LEVEL"
-
-# Seconds between a cancel and the kill: 30 unless this says otherwise. Not
-# an option, so the command line stays that of `netweir serve`; tests set it.
-GRACE_VARIABLE = "NETWEIR_SERVE_CANCEL_GRACE"
-
-
-def _grace(environ):
-    text = environ.get(GRACE_VARIABLE, "")
-    try:
-        value = float(text) if text else 30.0
-    except ValueError:
-        value = -1
-    if not value >= 0:
-        sys.stderr.write(f"{PROG}: error: {GRACE_VARIABLE} must be a number of seconds\n")
-        raise SystemExit(2)
-    return value
-
 
 def parse(argv, environ=None):
     """ServeOptions for ``argv``; on a usage error, prints one line and
@@ -56,25 +35,14 @@ def parse(argv, environ=None):
     return options
 
 
-def build(options, reactor, log_requests=False):
+def build(options, reactor):
     """The service for parsed ``options``; exits with status 1 when the
-    directory belongs to another running service."""
-    grace = _grace(options.environ)
+    directory belongs to another running service or cannot be used."""
     try:
-        return makeService(options.config(), reactor, grace=grace, log_requests=log_requests)
+        return makeService(options.config(), reactor)
     except (DirectoryBusy, DirectoryUnusable) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(1) from None
-
-
-def _log_level(environ):
-    name = environ.get(LOG_LEVEL_VARIABLE, "info").lower()
-    try:
-        return LogLevel.levelWithName(name)
-    except InvalidLogLevelError:
-        sys.stderr.write(f"{PROG}: error: {LOG_LEVEL_VARIABLE} must be debug, info, warn,"
-                         f" error or critical, not {name!r}\n")
-        raise SystemExit(2) from None
 
 
 def _start_logging(level):
@@ -88,14 +56,14 @@ def main(argv=None):
     """``netweir-serve [options]``: runs until stopped; exit status 0 after
     a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options."""
     options = parse(sys.argv[1:] if argv is None else argv)
-    level = _log_level(options.environ)
+    level = LogLevel.levelWithName(options["log-level"])
     # The service speaks plain HTTP: keep Twisted from loading pyOpenSSL for
     # TLS it will never use (about 12 MB, and every connection's writes go
     # through its TLS layer once it is there).
     sys.modules.setdefault("OpenSSL", None)
     from twisted.internet import reactor
 
-    serve = build(options, reactor, log_requests=level <= LogLevel.debug)
+    serve = build(options, reactor)
     _start_logging(level)
     try:
         serve.privilegedStartService()

@@ -6,6 +6,8 @@ the other. Everything is checked here, before anything is written to disk.
 
 import ipaddress
 import os
+import socket
+import sys
 from dataclasses import dataclass
 
 from twisted.python import usage
@@ -15,6 +17,15 @@ from .projects import ProjectError, ProjectTable, parse_project
 
 USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
 PASSWORD_VARIABLE = "NETWEIR_SERVE_PASSWORD"
+
+# How much the service logs: info unless this says debug (each request),
+# warn, error or critical.
+LOG_LEVEL_VARIABLE = "NETWEIR_SERVE_LOG_LEVEL"
+LOG_LEVELS = ("debug", "info", "warn", "error", "critical")
+
+# Seconds between a cancel and the kill: 30 unless this says otherwise. Not
+# an option, so the command line stays that of `netweir serve`; tests set it.
+GRACE_VARIABLE = "NETWEIR_SERVE_CANCEL_GRACE"
 
 EXPOSED_WARNING = (
     "listening on {bind} without a username and password (--insecure-no-auth):"
@@ -41,7 +52,9 @@ def is_loopback(address):
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """What the options decided, checked: the input of ``makeService``."""
+    """Everything the service is set up with, checked: the input of
+    ``makeService``. Options and environment variables are read once, into
+    this; nothing below reads either again."""
 
     projects: ProjectTable
     bind: str = "127.0.0.1"
@@ -50,6 +63,22 @@ class ServeConfig:
     max_jobs: int = 1
     keep: int = 100
     credentials: tuple = None
+    # The name this service claims jobs under (listjobs' node_name too).
+    node: str = socket.gethostname()
+    # The interpreter jobs and spider readers run in (it needs netweir).
+    python: str = sys.executable
+    # Seconds from a cancel to the kill of the job's whole process group.
+    grace: float = 30.0
+    # Seconds between looks at a running job's stats file.
+    stats_interval: float = 1.0
+    # Seconds a project's spider files may take to load in a reader.
+    reader_timeout: float = 10.0
+    # Seconds a client has to send each request.
+    request_deadline: float = 15.0
+    # Seconds between the poller's safety-net rounds.
+    poll_interval: float = 5.0
+    # debug logs each request; info, warn, error, critical.
+    log_level: str = "info"
 
     @property
     def loopback_only(self):
@@ -131,6 +160,7 @@ class ServeOptions(usage.Options):
             raise usage.UsageError(str(e)) from None
 
     def postOptions(self):
+        self._environment_settings()
         if self["port"] > 65535:
             raise usage.UsageError(f"--port must be at most 65535, not {self['port']}")
         try:
@@ -164,9 +194,26 @@ class ServeOptions(usage.Options):
                 " mean to let anyone who can reach it run spiders"
             )
 
+    def _environment_settings(self):
+        grace_text = self.environ.get(GRACE_VARIABLE, "")
+        try:
+            grace = float(grace_text) if grace_text else 30.0
+        except ValueError:
+            grace = -1.0
+        if not grace >= 0:
+            raise usage.UsageError(f"{GRACE_VARIABLE} must be a number of seconds,"
+                                   f" not {grace_text!r}")
+        level = self.environ.get(LOG_LEVEL_VARIABLE, "info").lower()
+        if level not in LOG_LEVELS:
+            raise usage.UsageError(f"{LOG_LEVEL_VARIABLE} must be debug, info, warn, error"
+                                   f" or critical, not {level!r}")
+        self["grace"], self["log-level"] = grace, level
+
     def config(self):
         """The checked options as a ServeConfig."""
         return ServeConfig(
+            grace=self["grace"],
+            log_level=self["log-level"],
             projects=self["projects"],
             bind=self["bind"],
             port=self["port"],

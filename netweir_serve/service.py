@@ -2,7 +2,7 @@
 
 import os
 import signal
-import sys
+import sqlite3
 import threading
 
 from twisted.application import service
@@ -10,13 +10,17 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web import server
 
-from .dirlock import lock_directory
-from .spiders.reader import SpiderInspector
-from .jobs.files import delete_files, files_of, read_stats
-from .jobs.store.sqlite import JobStore
+from .dirlock import DirectoryUnusable, lock_directory
+from .jobs.events import ENDED, QUEUED, JobEvents
+from .jobs.files import files_of, read_stats
 from .jobs.launcher import Launcher, job_environment
 from .jobs.poller import Poller
+from .jobs.pruning import Pruner
 from .jobs.scheduler import Scheduler
+from .jobs.store import open_store
+from .jobs.store.migrations import NewerSchema
+from .jobs.submit import JobSubmitter
+from .spiders.reader import SpiderReader
 from .web.api import Api
 from .web.guard import GuardedResource
 from .web.limits import limit
@@ -52,16 +56,19 @@ class ServeService(service.Service):
     """The daemon: on start, settles what the last run left and starts jobs;
     on stop, stops listening, cancels running jobs and waits for them."""
 
-    def __init__(self, config, reactor, lock, store, launcher, poller, inspector, factory):
+    def __init__(self, config, reactor, lock, store, launcher, poller, pruner, reader,
+                 factory):
         self.config = config
         self.reactor = reactor
         self.lock = lock
         self.store = store
         self.launcher = launcher
         self.poller = poller
-        self.inspector = inspector
+        self.pruner = pruner
+        self.reader = reader
         self.factory = factory
         self.port = None
+        self.started = None
         self._signals = 0
 
     def privilegedStartService(self):
@@ -72,36 +79,49 @@ class ServeService(service.Service):
 
     def startService(self):
         super().startService()
-        now = self.reactor.seconds()
-        for record in self.store.mark_running_lost(
-                now, lambda r: read_stats(files_of(self.config.directory, r).stats)):
-            log.warn("job {jobid} was running when the service stopped: marked lost",
-                     jobid=record.id)
-        prune(self.store, self.config)
+        self.started = self._settle_then_start()
+
+    @defer.inlineCallbacks
+    def _settle_then_start(self):
+        config = self.config
+        try:
+            lost = yield self.store.recover(
+                config.node, self.reactor.seconds(),
+                lambda r: read_stats(files_of(config.directory, r).stats))
+        except Exception:
+            log.failure("could not settle the jobs the last run left running")
+        else:
+            for record in lost:
+                log.warn("job {jobid} was running when the service stopped: marked lost",
+                         jobid=record.id)
+        yield self.pruner.prune_now()
         address = self.port.getHost()
         log.info("netweir-serve listening on http://{host}:{port}/ with {dir};"
                  " projects: {projects}; {max_jobs} job(s) at once",
-                 host=address.host, port=address.port, dir=self.config.directory,
-                 projects=", ".join(f"{p.name}={p.path}" for p in self.config.projects) or "none",
-                 max_jobs=self.config.max_jobs)
-        for warning in self.config.warnings():
+                 host=address.host, port=address.port, dir=config.directory,
+                 projects=", ".join(f"{p.name}={p.path}" for p in config.projects) or "none",
+                 max_jobs=config.max_jobs)
+        for warning in config.warnings():
             log.warn("{warning}", warning=warning)
         # Importing netweir in the warm reader now, not on the first request.
-        self.inspector.start()
+        self.reader.start()
         self.poller.start()
 
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
         yield self.port.stopListening()
-        self.poller.stop()
-        running = self.store.counts()["running"]
+        if self.started is not None:
+            yield self.started
+        yield self.poller.stop()
+        self.pruner.stop()
+        running = self.launcher.running_count()
         if running:
             log.info("stopping: cancelling {n} running job(s) and waiting for them",
                      n=running)
         yield self.launcher.stop()
-        yield self.inspector.stop()
-        self.store.close()
+        yield self.reader.stop()
+        yield self.store.close()
         log.info("netweir-serve stopped; waiting jobs stay queued for the next start")
 
     def install_signal_handlers(self):
@@ -125,44 +145,47 @@ class ServeService(service.Service):
         self.launcher.kill_all()
 
 
-def prune(store, config):
-    """Forgets finished jobs past --keep, with their files."""
-    for record in store.prune(config.keep):
-        for path in delete_files(files_of(config.directory, record)):
-            log.warn("could not delete {path} of forgotten job {jobid}",
-                     path=path, jobid=record.id)
+def _open_store(config, reactor):
+    try:
+        return open_store(config.directory, reactor)
+    except (sqlite3.Error, NewerSchema) as e:
+        raise DirectoryUnusable(
+            f"cannot use --dir {config.directory}: its job table"
+            f" {os.path.join(config.directory, 'jobs.db')} cannot be opened: {e}") from None
 
 
-def makeService(config, reactor, python=sys.executable, grace=30.0, stats_interval=1.0,
-                inspect_timeout=10.0, request_deadline=15.0, poll_interval=5.0,
-                log_requests=False):
+def makeService(config, reactor):
     """The whole daemon for ``config`` (a ServeConfig), on ``reactor``.
 
     Locks ``config.directory`` first; raises DirectoryBusy if another
-    service holds it, before anything in it is touched."""
+    service holds it, DirectoryUnusable if it or its job table cannot be
+    used, before anything in it is touched."""
     lock = lock_directory(config.directory)
-    store = JobStore(os.path.join(config.directory, "jobs.db"))
-    poller = None
-
-    def job_ended(record):
-        prune(store, config)
-        if poller is not None:
-            poller.poll()
-
-    launcher = Launcher(reactor, store, config.projects, config.directory, config.max_jobs,
-                        job_ended, python=python, grace=grace, stats_interval=stats_interval)
-    poller = Poller(store, launcher, reactor, interval=poll_interval)
-    scheduler = Scheduler(store, launcher, reactor, wake=poller.poll, ended=job_ended)
+    store = _open_store(config, reactor)
+    events = JobEvents()
+    launcher = Launcher(reactor, store, events, config.projects, config.directory,
+                        config.max_jobs, python=config.python, grace=config.grace,
+                        stats_interval=config.stats_interval)
+    poller = Poller(store, launcher, reactor, config.node, config.projects.names(),
+                    interval=config.poll_interval)
+    pruner = Pruner(store, config.directory, config.keep, reactor)
+    # A queued job may start now; an ended one frees a slot and may take
+    # the table past --keep.
+    events.subscribe(lambda kind, record: poller.poll(), kinds=(QUEUED, ENDED))
+    events.subscribe(pruner.request, kinds=(ENDED,))
+    scheduler = Scheduler(store, launcher, reactor, events)
     # Spider files may read the environment as they load: give them the one
     # jobs get, without the service's credentials.
-    inspector = SpiderInspector(reactor, python=python, timeout=inspect_timeout,
-                                env=job_environment(os.environ))
-    api = Api(config.projects, store, scheduler, launcher, inspector, config.directory)
+    reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
+                          env=job_environment(os.environ))
+    submitter = JobSubmitter(config.projects, store, scheduler, reader, config.directory)
+    api = Api(config.projects, store, scheduler, launcher, reader, submitter)
     root = Root(api, config.directory, pages=site_pages(api), listers=listers())
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
                      requestFactory=ServeRequest, reactor=reactor)
     site.displayTracebacks = False
-    site.log_requests = log_requests
-    factory = limit(site, reactor, deadline=request_deadline)
+    site.log_requests = config.log_level == "debug"
+    factory = limit(site, reactor, deadline=config.request_deadline)
     factory.noisy = False
-    return ServeService(config, reactor, lock, store, launcher, poller, inspector, factory)
+    return ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
+                        factory)

@@ -150,7 +150,7 @@ class OptionsDocumentedTests(unittest.TestCase):
     def test_every_environment_variable_is_in_the_docs(self):
         text = all_docs()
         for name in (options.USERNAME_VARIABLE, options.PASSWORD_VARIABLE,
-                     cli.TAC_OPTIONS_VARIABLE, cli.GRACE_VARIABLE):
+                     cli.TAC_OPTIONS_VARIABLE, options.GRACE_VARIABLE):
             self.assertIn(name, text)
 
 

@@ -5,32 +5,40 @@ import os
 import signal
 from types import SimpleNamespace
 
+from twisted.internet import defer
 from twisted.trial import unittest
 from zope.interface.verify import verifyClass
 
-from netweir_serve.jobs.interfaces import ILauncher, IJobStore, IPoller, IScheduler
+from netweir_serve.jobs.events import ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.files import job_files
-from netweir_serve.jobs.store.sqlite import JobStore
+from netweir_serve.jobs.interfaces import ILauncher, IJobStore, IPoller, IScheduler
 from netweir_serve.jobs.launcher import Launcher, job_environment
 from netweir_serve.jobs.poller import Poller
-from netweir_serve.projects import Project, ProjectTable
+from netweir_serve.jobs.records import StoreError
 from netweir_serve.jobs.scheduler import Scheduler
+from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.projects import Project, ProjectTable
 
 from .fakes import FakeProcessReactor, SignalLog
+
+NODE = "node-a"
 
 
 class InterfaceTests(unittest.TestCase):
     def test_parts_provide_their_interfaces(self):
-        self.assertTrue(verifyClass(IJobStore, JobStore))
+        self.assertTrue(verifyClass(IJobStore, SQLiteJobStore))
         self.assertTrue(verifyClass(IScheduler, Scheduler))
         self.assertTrue(verifyClass(IPoller, Poller))
         self.assertTrue(verifyClass(ILauncher, Launcher))
 
 
 class Rig:
-    """A store, launcher, poller and scheduler wired as the service wires them."""
+    """A store, launcher, poller and scheduler wired as makeService wires
+    them, with synchronous shortcuts for the tests (the SQLite store
+    answers at once; a poll runs on the next turn, ``advance(0)``)."""
 
     def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None):
+        self.test = test
         self.dir = os.path.abspath(test.mktemp())
         project_dir = os.path.join(self.dir, "project")
         os.makedirs(project_dir)
@@ -39,30 +47,55 @@ class Rig:
         self.projects = ProjectTable([Project("shop", project_dir)])
         self.reactor = FakeProcessReactor(fail_with=fail_with)
         self.signals = SignalLog()
-        self.store = JobStore(":memory:")
+        self.store = SQLiteJobStore(":memory:", self.reactor)
+        self.events = JobEvents()
         self.ended = []
         self.writes = 0
-        self.launcher = Launcher(self.reactor, self.store, self.projects, self.dir, max_jobs,
-                                 self._ended, python="/usr/bin/python3", grace=grace,
+        self.launcher = Launcher(self.reactor, self.store, self.events, self.projects, self.dir,
+                                 max_jobs, python="/usr/bin/python3", grace=grace,
                                  environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
                                           "NETWEIR_SERVE_USERNAME": "me"},
                                  signal_process=self.signals)
-        self.poller = Poller(self.store, self.launcher, self.reactor)
-        self.scheduler = Scheduler(self.store, self.launcher, self.reactor,
-                                   wake=self.poller.poll, ended=self._ended)
+        # "removed" is claimed too, as a project taken off since it was queued.
+        self.poller = Poller(self.store, self.launcher, self.reactor, NODE,
+                             ["shop", "removed"])
+        self.scheduler = Scheduler(self.store, self.launcher, self.reactor, self.events)
+        self.events.subscribe(self._ended, kinds=(ENDED,))
+        self.events.subscribe(lambda kind, record: self.poller.poll(), kinds=(QUEUED, ENDED))
 
-    def _ended(self, record):
+    def _ended(self, kind, record):
         self.ended.append(record)
-        self.poller.poll()
+
+    def settle(self):
+        """Runs what is due now (the coalesced poll)."""
+        self.reactor.advance(0)
 
     def schedule(self, jobid, priority=0, settings=(), spider_file=None, project="shop"):
         checked = SimpleNamespace(project=project, spider="books",
                                   spider_file=spider_file or self.spider_file,
                                   settings=settings, arguments=(("category", "fiction"),))
-        return self.scheduler.schedule(checked, jobid=jobid, priority=priority)
+        record = self.test.successResultOf(
+            self.scheduler.schedule(checked, jobid=jobid, priority=priority))
+        self.settle()
+        return record
+
+    def get(self, jobid):
+        return self.test.successResultOf(self.store.get(jobid))
+
+    def jobs(self):
+        return self.test.successResultOf(self.store.jobs())
+
+    def cancel(self, jobid, now=False):
+        prevstate = self.test.successResultOf(self.scheduler.cancel(jobid, now=now))
+        self.settle()
+        return prevstate
+
+    def exit(self, jobid, status=0, signal=None):
+        self.process_of(jobid).exit(status, signal=signal)
+        self.settle()
 
     def process_of(self, jobid):
-        pid = self.store.get(jobid).pid
+        pid = self.get(jobid).pid
         return next(p for p in self.reactor.processes if p.pid == pid)
 
     def write_stats(self, jobid, stats):
@@ -79,7 +112,7 @@ class LaunchingTests(unittest.TestCase):
     def test_job_starts_at_once_when_a_slot_is_free(self):
         rig = Rig(self)
         rig.schedule("a")
-        self.assertEqual(rig.store.get("a").state, "running")
+        self.assertEqual(rig.get("a").state, "running")
         self.assertEqual(len(rig.reactor.processes), 1)
 
     def test_crawl_command_environment_and_directory(self):
@@ -109,11 +142,11 @@ class LaunchingTests(unittest.TestCase):
         rig = Rig(self, max_jobs=2)
         for jobid in "abc":
             rig.schedule(jobid)
-        self.assertEqual([rig.store.get(j).state for j in "abc"],
+        self.assertEqual([rig.get(j).state for j in "abc"],
                          ["running", "running", "pending"])
-        rig.process_of("a").exit(0)
-        self.assertEqual(rig.store.get("a").outcome, "finished")
-        self.assertEqual(rig.store.get("c").state, "running")
+        rig.exit("a", 0)
+        self.assertEqual(rig.get("a").outcome, "finished")
+        self.assertEqual(rig.get("c").state, "running")
 
     def test_priority_then_age_decide_who_runs_next(self):
         rig = Rig(self, max_jobs=1)
@@ -124,19 +157,19 @@ class LaunchingTests(unittest.TestCase):
         rig.schedule("new", priority=3)
         order = []
         for _ in range(4):
-            running = rig.store.jobs()[1][0]
-            rig.process_of(running.id).exit(0)
-            order.append(rig.store.jobs()[1][0].id if rig.store.jobs()[1] else None)
+            running = rig.jobs()[1][0]
+            rig.exit(running.id, 0)
+            order.append(rig.jobs()[1][0].id if rig.jobs()[1] else None)
         self.assertEqual(order, ["high", "old", "new", "low"])
 
     def test_outcomes_keep_exit_status(self):
         rig = Rig(self, max_jobs=3)
         for jobid in ("ok", "bad", "killed"):
             rig.schedule(jobid)
-        rig.process_of("ok").exit(0)
-        rig.process_of("bad").exit(1)
-        rig.process_of("killed").exit(signal=9)
-        got = {j: (rig.store.get(j).outcome, rig.store.get(j).exit_status)
+        rig.exit("ok", 0)
+        rig.exit("bad", 1)
+        rig.exit("killed", signal=9)
+        got = {j: (rig.get(j).outcome, rig.get(j).exit_status)
                for j in ("ok", "bad", "killed")}
         self.assertEqual(got, {"ok": ("finished", 0), "bad": ("failed", 1),
                                "killed": ("failed", -9)})
@@ -144,32 +177,32 @@ class LaunchingTests(unittest.TestCase):
     def test_leftover_processes_in_the_group_are_killed_at_the_end(self):
         rig = Rig(self)
         rig.schedule("a")
-        pid = rig.store.get("a").pid
-        rig.process_of("a").exit(0)
+        pid = rig.get("a").pid
+        rig.exit("a", 0)
         self.assertIn((pid, signal.SIGKILL, True), rig.signals.sent)
 
     def test_spider_file_gone_fails_the_job_and_frees_the_slot(self):
         rig = Rig(self, max_jobs=1)
         rig.schedule("gone", spider_file="/nonexistent/books.py")
         rig.schedule("next")
-        gone = rig.store.get("gone")
+        gone = rig.get("gone")
         self.assertEqual((gone.state, gone.outcome), ("finished", "failed"))
         with open(job_files(rig.dir, "shop", "books", "gone").log) as f:
             self.assertIn("is gone", f.read())
-        self.assertEqual(rig.store.get("next").state, "running")
+        self.assertEqual(rig.get("next").state, "running")
         self.assertEqual(rig.launcher.slots_free(), 0)
 
     def test_project_no_longer_served_fails_the_job(self):
         rig = Rig(self)
         rig.schedule("orphan", project="removed")
-        self.assertEqual(rig.store.get("orphan").outcome, "failed")
-        self.assertIn("no longer served", rig.store.get("orphan").reason)
+        self.assertEqual(rig.get("orphan").outcome, "failed")
+        self.assertIn("no longer served", rig.get("orphan").reason)
 
     def test_os_refusing_to_spawn_fails_the_job_without_leaking_a_slot(self):
         rig = Rig(self, max_jobs=1, fail_with=OSError(24, "Too many open files"))
         rig.schedule("a")
         rig.schedule("b")
-        self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["failed", "failed"])
+        self.assertEqual([rig.get(j).outcome for j in "ab"], ["failed", "failed"])
         self.assertEqual(rig.launcher.slots_free(), 1)
 
     def test_path_setting_escaping_at_start_fails_the_job(self):
@@ -178,7 +211,7 @@ class LaunchingTests(unittest.TestCase):
         os.makedirs(data)
         os.symlink("/tmp", os.path.join(data, "out"))
         rig.schedule("a", settings=(("checkpoint", "out/ck"),))
-        self.assertEqual(rig.store.get("a").outcome, "failed")
+        self.assertEqual(rig.get("a").outcome, "failed")
         self.assertEqual(rig.reactor.processes, [])
 
 
@@ -213,8 +246,8 @@ class StatsPollingTests(unittest.TestCase):
         rig = Rig(self)
         rig.schedule("a")
         rig.write_stats("a", {"items": 9, "finish_reason": "finished"})
-        rig.process_of("a").exit(0)
-        self.assertEqual(rig.store.get("a").stats["finish_reason"], "finished")
+        rig.exit("a", 0)
+        self.assertEqual(rig.get("a").stats["finish_reason"], "finished")
         self.assertEqual(rig.reactor.getDelayedCalls(), [])
 
     def test_killed_job_keeps_the_last_stats_it_wrote(self):
@@ -223,8 +256,8 @@ class StatsPollingTests(unittest.TestCase):
         rig.write_stats("a", {"items": 4, "finish_reason": None})
         rig.reactor.advance(1)
         os.unlink(job_files(rig.dir, "shop", "books", "a").stats)
-        rig.process_of("a").exit(signal=9)
-        self.assertEqual(rig.store.get("a").stats, {"items": 4, "finish_reason": None})
+        rig.exit("a", signal=9)
+        self.assertEqual(rig.get("a").stats, {"items": 4, "finish_reason": None})
 
     def test_a_broken_stats_file_is_ignored(self):
         rig = Rig(self)
@@ -248,41 +281,41 @@ class CancellingTests(unittest.TestCase):
         rig = Rig(self, max_jobs=1)
         rig.schedule("running")
         rig.schedule("waiting")
-        self.assertEqual(rig.scheduler.cancel("WAITING"), "pending")
-        waiting = rig.store.get("waiting")
+        self.assertEqual(rig.cancel("WAITING"), "pending")
+        waiting = rig.get("waiting")
         self.assertEqual((waiting.state, waiting.outcome, waiting.start_time),
                          ("finished", "cancelled", None))
-        self.assertEqual(rig.scheduler.cancel("waiting"), None)
-        self.assertEqual(rig.scheduler.cancel("nosuch"), None)
+        self.assertEqual(rig.cancel("waiting"), None)
+        self.assertEqual(rig.cancel("nosuch"), None)
 
     def test_cancel_running_sends_sigterm_then_kills_the_group_after_grace(self):
         rig = Rig(self, grace=30.0)
         rig.schedule("a")
-        pid = rig.store.get("a").pid
-        self.assertEqual(rig.scheduler.cancel("a"), "running")
+        pid = rig.get("a").pid
+        self.assertEqual(rig.cancel("a"), "running")
         self.assertEqual(rig.signals.sent, [(pid, signal.SIGTERM, False)])
         rig.reactor.advance(29.9)
         self.assertEqual(len(rig.signals.sent), 1)
         rig.reactor.advance(0.1)
         self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
-        rig.process_of("a").exit(signal=9)
-        self.assertEqual(rig.store.get("a").outcome, "cancelled")
+        rig.exit("a", signal=9)
+        self.assertEqual(rig.get("a").outcome, "cancelled")
 
     def test_timer_is_cancelled_when_the_job_ends_in_time(self):
         rig = Rig(self)
         rig.schedule("a")
-        rig.scheduler.cancel("a")
-        rig.process_of("a").exit(130)
-        record = rig.store.get("a")
+        rig.cancel("a")
+        rig.exit("a", 130)
+        record = rig.get("a")
         self.assertEqual((record.outcome, record.exit_status), ("cancelled", 130))
         self.assertEqual(rig.reactor.getDelayedCalls(), [])
 
     def test_second_cancel_kills_at_once(self):
         rig = Rig(self)
         rig.schedule("a")
-        pid = rig.store.get("a").pid
-        rig.scheduler.cancel("a")
-        self.assertEqual(rig.scheduler.cancel("a"), "running")
+        pid = rig.get("a").pid
+        rig.cancel("a")
+        self.assertEqual(rig.cancel("a"), "running")
         self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
         escalations = [c for c in rig.reactor.getDelayedCalls() if c.func == rig.launcher._kill]
         self.assertEqual(escalations, [])
@@ -290,16 +323,16 @@ class CancellingTests(unittest.TestCase):
     def test_cancel_with_now_kills_at_once(self):
         rig = Rig(self)
         rig.schedule("a")
-        pid = rig.store.get("a").pid
-        rig.scheduler.cancel("a", now=True)
+        pid = rig.get("a").pid
+        rig.cancel("a", now=True)
         self.assertEqual(rig.signals.sent, [(pid, signal.SIGKILL, True)])
 
     def test_cancelled_job_that_exits_zero_is_still_cancelled(self):
         rig = Rig(self)
         rig.schedule("a")
-        rig.scheduler.cancel("a")
-        rig.process_of("a").exit(0)
-        self.assertEqual(rig.store.get("a").outcome, "cancelled")
+        rig.cancel("a")
+        rig.exit("a", 0)
+        self.assertEqual(rig.get("a").outcome, "cancelled")
 
 
 class StoppingTests(unittest.TestCase):
@@ -312,18 +345,18 @@ class StoppingTests(unittest.TestCase):
         stopped.addCallback(fired.append)
         sent = [s for s in rig.signals.sent if s[1] == signal.SIGTERM]
         self.assertEqual(len(sent), 2)
-        rig.process_of("a").exit(130)
+        rig.exit("a", 130)
         self.assertEqual(fired, [])
-        self.assertEqual(rig.store.get("c").state, "pending")
-        rig.process_of("b").exit(130)
+        self.assertEqual(rig.get("c").state, "pending")
+        rig.exit("b", 130)
         self.assertEqual(fired, [None])
-        self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["cancelled", "cancelled"])
-        self.assertEqual(rig.store.get("c").state, "pending")
+        self.assertEqual([rig.get(j).outcome for j in "ab"], ["cancelled", "cancelled"])
+        self.assertEqual(rig.get("c").state, "pending")
 
     def test_stop_escalates_after_grace(self):
         rig = Rig(self, grace=30.0)
         rig.schedule("a")
-        pid = rig.store.get("a").pid
+        pid = rig.get("a").pid
         rig.launcher.stop()
         rig.reactor.advance(30)
         self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
@@ -332,7 +365,7 @@ class StoppingTests(unittest.TestCase):
         rig = Rig(self, max_jobs=2)
         rig.schedule("a")
         rig.schedule("b")
-        pids = [rig.store.get(j).pid for j in "ab"]
+        pids = [rig.get(j).pid for j in "ab"]
         rig.launcher.stop()
         rig.launcher.kill_all()
         kills = [s[0] for s in rig.signals.sent if s[1] == signal.SIGKILL]
@@ -350,8 +383,8 @@ class UnexpectedStartErrorTests(unittest.TestCase):
         rig = Rig(self, max_jobs=1, fail_with=ValueError("embedded null byte"))
         rig.schedule("a")
         rig.schedule("b")
-        self.assertEqual([rig.store.get(j).outcome for j in "ab"], ["failed", "failed"])
-        self.assertIn("embedded null byte", rig.store.get("a").reason)
+        self.assertEqual([rig.get(j).outcome for j in "ab"], ["failed", "failed"])
+        self.assertIn("embedded null byte", rig.get("a").reason)
         self.assertEqual(len(self.flushLoggedErrors(ValueError)), 2)
 
 
@@ -364,19 +397,115 @@ class RecordingFailureTests(unittest.TestCase):
         rig.launcher.stop().addCallback(stopped.append)
 
         def disk_full(*args, **kwargs):
-            raise OSError(28, "No space left on device")
+            return defer.fail(StoreError("database or disk is full"))
 
         self.patch(rig.store, "mark_finished", disk_full)
-        rig.process_of("a").exit(130)
+        rig.exit("a", 130)
         self.assertEqual(stopped, [None])
         self.assertEqual(rig.launcher.slots_free(), 0)  # stopping: nothing more starts
-        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertEqual([r.id for r in rig.ended], ["a"])
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+
+    def test_a_failure_to_record_the_end_frees_the_slot_for_the_next_job(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("a")
+        rig.schedule("b")
+        real = rig.store.mark_finished
+        self.patch(rig.store, "mark_finished",
+                   lambda *a, **k: defer.fail(StoreError("disk I/O error")))
+        rig.exit("a", 0)
+        self.patch(rig.store, "mark_finished", real)
+        self.assertEqual(rig.get("b").state, "running")
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
 
     def test_the_service_hears_of_the_end_before_the_stop_fires(self):
         rig = Rig(self)
         rig.schedule("a")
         order = []
-        rig.launcher._job_ended = lambda record: order.append("job ended")
+        rig.events.subscribe(lambda kind, record: order.append("job ended"), kinds=(ENDED,))
         rig.launcher.stop().addCallback(lambda _: order.append("stopped"))
-        rig.process_of("a").exit(130)
+        rig.exit("a", 130)
         self.assertEqual(order, ["job ended", "stopped"])
+
+
+class ClaimTests(unittest.TestCase):
+    """A job is claimed before its process is spawned (item 6 of the core's rebuild)."""
+
+    def test_a_job_is_running_without_a_pid_while_it_is_spawned(self):
+        rig = Rig(self)
+        seen = []
+        spawn = rig.reactor.spawnProcess
+
+        def spawning(protocol, executable, args=(), **kwargs):
+            seen.append(rig.get("a"))
+            return spawn(protocol, executable, args, **kwargs)
+
+        self.patch(rig.reactor, "spawnProcess", spawning)
+        rig.schedule("a")
+        self.assertEqual((seen[0].state, seen[0].node, seen[0].pid), ("running", NODE, None))
+        self.assertIsNotNone(rig.get("a").pid)
+
+    def test_a_failed_pid_record_is_logged_once_and_the_job_runs_on(self):
+        rig = Rig(self)
+        self.patch(rig.store, "mark_started",
+                   lambda *a: defer.fail(StoreError("database is locked")))
+        rig.schedule("a")
+        self.assertEqual(rig.launcher.running_count(), 1)
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        self.assertEqual((rig.get("a").state, rig.get("a").pid), ("running", None))
+
+    def test_polls_asked_in_one_call_stack_run_once_and_later(self):
+        rig = Rig(self, max_jobs=5)
+        claims = []
+        claim = rig.store.claim_next
+        self.patch(rig.store, "claim_next", lambda *a: claims.append(a) or claim(*a))
+        checked = SimpleNamespace(project="shop", spider="books", spider_file=rig.spider_file,
+                                  settings=(), arguments=())
+        for jobid in "abc":
+            self.successResultOf(rig.scheduler.schedule(checked, jobid=jobid))
+        self.assertEqual(rig.reactor.processes, [])
+        rig.settle()
+        self.assertEqual(len(rig.reactor.processes), 3)
+        # One round: three claims and the one that found nothing.
+        self.assertEqual(len(claims), 4)
+
+    def test_a_claim_that_fails_is_logged_and_tried_again_by_the_next_poll(self):
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        self.patch(rig.store, "claim_next", lambda *a: defer.fail(StoreError("locked")))
+        rig.schedule("a")
+        self.assertEqual(rig.get("a").state, "pending")
+        self.patch(rig.store, "claim_next", claim)
+        rig.poller.poll()
+        rig.settle()
+        self.assertEqual(rig.get("a").state, "running")
+
+    def test_an_unexpected_error_in_launch_is_contained_to_its_job(self):
+        rig = Rig(self, max_jobs=2)
+        launch = rig.launcher.launch
+        calls = []
+
+        def flaky(record):
+            calls.append(record.id)
+            if record.id == "a":
+                raise RuntimeError("boom")
+            return launch(record)
+
+        self.patch(rig.launcher, "launch", flaky)
+        rig.schedule("a")
+        rig.schedule("b")
+        self.assertEqual(calls, ["a", "b"])
+        self.assertEqual(rig.get("b").state, "running")
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_the_safety_net_timer_claims_what_no_event_announced(self):
+        rig = Rig(self)
+        record = rig.schedule("a")
+        rig.exit("a", 0)
+        # A job added behind the service's back (another process's write).
+        self.successResultOf(rig.store.add(type(record)(
+            id="b", project="shop", spider="books", spider_file=rig.spider_file)))
+        rig.poller.start()
+        self.addCleanup(rig.poller.stop)
+        rig.settle()
+        self.assertEqual(rig.get("b").state, "running")

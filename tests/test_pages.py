@@ -13,10 +13,11 @@ from datetime import datetime
 from html.parser import HTMLParser
 from urllib.parse import urljoin
 
+from twisted.internet import defer
 from twisted.trial import unittest
 
 from netweir_serve import __version__
-from netweir_serve.jobs.store.sqlite import FINISHED, PENDING, RUNNING, JobRecord
+from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord
 from netweir_serve.web.listings import file_size, listing_html
 from netweir_serve.web.pages import Jobs, home_html, job_row
 
@@ -116,14 +117,19 @@ def record(state, **fields):
 
 
 class FakeStore:
+    """The two reads the page makes, answered at once as the SQLite store does."""
+
     def __init__(self, pending=(), running=(), finished=()):
         self.lists = (list(pending), list(running), list(finished))
         self.generation = 1
         self.reads = 0
 
+    def version(self):
+        return defer.succeed(self.generation)
+
     def jobs(self, project=None):
         self.reads += 1
-        return self.lists
+        return defer.succeed(self.lists)
 
 
 class RenderingTests(unittest.TestCase):
@@ -164,15 +170,15 @@ class RenderingTests(unittest.TestCase):
         self.assertEqual(rows["n"]["start"], rows["n"]["finish"])
         self.assertIn("<td>failed</td>\n</tr>", job_row(finished, 0))
 
-    def test_jobs_page_is_rebuilt_per_generation_with_live_runtimes(self):
+    def test_jobs_page_is_rebuilt_per_version_with_live_runtimes(self):
         now = [1000.0]
         store = FakeStore(running=[record(RUNNING, id="r", pid=1, start_time=990.0)],
                           finished=[record(FINISHED, id="old", start_time=1.0, end_time=2.0),
                                     record(FINISHED, id="new", start_time=3.0, end_time=4.0)])
         page = Jobs(store, clock=lambda: now[0])
-        first = jobs_of(page.page(None))
+        first = jobs_of(self.successResultOf(page.page(None)))
         now[0] = 1100.0
-        second = jobs_of(page.page(None))
+        second = jobs_of(self.successResultOf(page.page(None)))
         self.assertEqual(store.reads, 1)
         self.assertEqual((first[0]["runtime"], second[0]["runtime"]), ("0:00:10", "0:01:50"))
         self.assertEqual([job["job"] for job in second], ["r", "new", "old"])

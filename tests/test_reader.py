@@ -1,4 +1,4 @@
-"""SpiderInspector against real spider files, read in real processes."""
+"""SpiderReader against real spider files, read in real processes."""
 
 import os
 import sys
@@ -7,7 +7,7 @@ import textwrap
 from twisted.internet import defer, reactor, task, utils
 from twisted.trial import unittest
 
-from netweir_serve.spiders.reader import CheckedJob, InspectError, SpiderInspector, split_setting
+from netweir_serve.spiders.reader import CheckedJob, InspectError, SpiderReader, split_setting
 from netweir_serve.projects import Project
 
 
@@ -57,7 +57,7 @@ class InspectorCase(unittest.TestCase):
     timeout = 5.0
 
     def setUp(self):
-        self.inspector = SpiderInspector(reactor, timeout=self.timeout, warm=self.warm)
+        self.inspector = SpiderReader(reactor, timeout=self.timeout, warm=self.warm)
         self.addCleanup(self.inspector.stop)
 
     def directory_project(self, files, name="shop"):
@@ -163,7 +163,7 @@ class ReadingBehaviour:
 
     @defer.inlineCallbacks
     def test_hanging_file_times_out_without_blocking_others(self):
-        inspector = SpiderInspector(reactor, timeout=self.hang_timeout, warm=self.warm)
+        inspector = SpiderReader(reactor, timeout=self.hang_timeout, warm=self.warm)
         self.addCleanup(inspector.stop)
         pid_file = self.pid_file()
         hanging = self.directory_project({"slow.py": HANGING.format(pid_file=pid_file)}, "slow")

@@ -1,102 +1,149 @@
 """The parts a job passes through, as scrapyd names them.
 
-schedule.json hands a checked job to the IScheduler, which records it in the
-IJobStore and wakes the IPoller; the poller hands pending jobs to the
-ILauncher while it has free slots; the launcher runs each as a process and
-records how it ended. The web layer talks to these, never to SQLite or to
-processes directly.
+``jobs.submit`` checks a job and hands it to the IScheduler, which records
+it in the IJobStore and publishes "queued"; the IPoller, woken by that,
+claims pending jobs from the store while the ILauncher has free slots, and
+the launcher runs each claimed job as a process and records how it ended.
+The web layer talks to these, never to SQLite or to processes directly.
 """
 
-from zope.interface import Attribute, Interface
+from zope.interface import Interface
 
 
 class IJobStore(Interface):
     """The job table: every job the service knows, and its state.
 
-    Job ids and project names compare ignoring case. Records are immutable
-    values (JobRecord); every change is one transaction."""
+    Every method returns a Deferred (a backend that answers at once uses
+    ``defer.succeed``). Job ids and project names compare ignoring case.
+    Records are immutable values (JobRecord); every change is one
+    transaction and moves ``version`` on. A write the backend cannot make
+    fails with StoreError."""
 
-    generation = Attribute(
-        "An int that changes whenever any job's listing changes (added, started,"
-        " ended, forgotten), so answers built from the table can be cached.")
+    def version():
+        """An int that changes whenever any job changes (added, claimed,
+        started, ended, forgotten), for whichever service changed it, so
+        answers built from the table can be cached."""
 
     def add(record):
-        """Adds a pending job. Raises DuplicateJob if its id (any case) exists."""
+        """Adds a pending job (durably: it survives a power cut once the
+        Deferred fires). Fails with DuplicateJob if its id (any case) exists.
+        Fires with the stored record."""
 
     def get(jobid):
-        """The JobRecord with this id (any case), or None."""
+        """The JobRecord with this id (any case), stats included, or None."""
 
-    def next_pending():
-        """The pending job to start next (highest priority, then oldest), or None."""
+    def claim_next(node, projects, now):
+        """Takes the pending job to start next (highest priority, then
+        oldest) among those of ``projects`` (names, any case), marking it
+        running on ``node`` with start time ``now``, in one atomic step: two
+        claimers never take the same job. Fires with the record, or None."""
 
-    def mark_running(jobid, pid, start_time):
-        """Records that the job's process started. Returns the new record."""
+    def mark_started(jobid, pid):
+        """Records the pid of a claimed job's process. Fires with the record."""
 
     def mark_finished(jobid, outcome, end_time, exit_status=None, stats=None, reason=None):
-        """Records how the job ended (outcome finished/failed/cancelled/lost)."""
+        """Records how the job ended (outcome finished/failed/cancelled/lost).
+        Fires with the record."""
+
+    def cancel_pending(jobid, end_time):
+        """Ends the job as cancelled if it is still pending, atomically (a
+        claim cannot slip in between). Fires with the ended record, or None
+        when it was not pending."""
 
     def mark_cancel_requested(jobid):
         """Records that a cancel was asked for a running job."""
 
     def jobs(project=None):
-        """(pending, running, finished) lists of JobRecords, of one project
-        (any case) or all: pending by start order, running by start time,
-        finished most recent last."""
+        """(pending, running, finished) lists of JobRecords without stats, of
+        one project (any case) or all: pending by start order, running by
+        start time, finished most recent last."""
 
     def counts():
         """A dict of how many jobs are pending, running and finished."""
 
-    def mark_running_lost(end_time, stats_of):
-        """At start: every job still marked running is ended as lost, with
-        the stats ``stats_of(record)`` returns. Returns the records."""
+    def recover(node, end_time, stats_of):
+        """At start: every job still marked running on ``node`` is ended as
+        lost, with the stats ``stats_of(record)`` returns. Jobs of other
+        nodes are left alone. Fires with the ended records."""
 
     def prune(keep):
-        """Forgets the oldest finished jobs past ``keep``; returns their records."""
+        """Forgets the oldest finished jobs past ``keep``; fires with their records."""
+
+    def close():
+        """Finishes what is under way and closes the table."""
 
 
 class IScheduler(Interface):
     """Queues checked jobs and takes them out again."""
 
     def schedule(checked, jobid=None, priority=0.0):
-        """Records a pending job for ``checked`` and wakes the poller.
-        Returns the JobRecord. Raises DuplicateJob."""
+        """Records a pending job for ``checked`` and publishes "queued".
+        Fires with the JobRecord; fails with DuplicateJob."""
 
     def cancel(jobid, now=False):
         """Cancels a job: a pending one ends cancelled at once, a running one
         is asked to stop (killed at once when ``now``, or when it was
-        already asked). Returns its previous state ('pending', 'running')
-        or None when it is unknown or already finished."""
+        already asked). Fires with its previous state ('pending',
+        'running'), or None when it is unknown or already finished."""
 
 
 class IPoller(Interface):
     """Hands pending jobs to the launcher while it has room."""
 
     def poll():
-        """Starts as many pending jobs as there are free slots, now."""
+        """Asks for a round of claiming and launching soon (coalesced: many
+        calls before it runs make one round, and never inside the caller's
+        own call stack)."""
+
+    def start():
+        """Starts the safety-net timer and polls once."""
+
+    def stop():
+        """Stops polling; fires once a round under way has finished."""
 
 
 class ILauncher(Interface):
-    """Runs jobs as processes, at most ``max_jobs`` at once."""
+    """Runs claimed jobs as processes, at most ``max_jobs`` at once."""
 
     def slots_free():
         """How many more jobs could start now."""
 
     def launch(record):
-        """Starts the pending job ``record``. Whatever happens the job ends
-        up recorded as running or, if it cannot start, finished as failed;
-        a slot is held only while its process runs."""
+        """Starts the claimed job ``record``. Whatever happens the job ends up
+        running or, if it cannot start, finished as failed; a slot is held
+        only while its process runs."""
 
     def cancel(jobid, now=False):
         """Asks the running job to stop (SIGTERM; the whole process group is
         killed after the grace period), or kills it at once when ``now`` or
-        when a cancel was already asked. Returns False if it is not running."""
+        when a cancel was already asked. Returns False if it is not running here."""
 
     def running_stats(jobid):
         """The latest stats read from a running job's stats file, or None."""
 
+    def running_count():
+        """How many jobs run here now."""
+
     def stop():
         """Cancels every running job and returns a Deferred that fires once
-        they have all ended and been recorded."""
+        they have all ended and their ends were recorded (or failed to be)."""
 
     def kill_all():
         """Kills every running job at once (a second Ctrl-C while stopping)."""
+
+
+class ISpiderReader(Interface):
+    """Reads a project's spider files in processes of their own."""
+
+    def start():
+        """Starts the warm reader now, not at the first request."""
+
+    def listSpiders(project):
+        """Deferred sorted list of the project's spider names; fails with
+        InspectError saying why not."""
+
+    def checkJob(project, spider, settings, arguments, data_dir):
+        """Deferred CheckedJob when the job can run; fails with InspectError."""
+
+    def stop():
+        """Deferred that fires once no reader process is left."""

@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from twisted.internet import defer
 from twisted.internet.protocol import ProcessProtocol
@@ -17,9 +17,11 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from . import datapaths
-from .interfaces import ILauncher
+from .events import CHANGED, ENDED, STARTED
 from .files import files_of, read_stats
+from .interfaces import ILauncher
 from .logstats import append_stats
+from .records import FINISHED
 from ..names import fold
 
 # What the job's environment must never see: the service's credentials.
@@ -115,27 +117,31 @@ def send_signal(pid, signum, group):
 class Launcher:
     """ILauncher for ``netweir crawl`` jobs.
 
-    ``job_ended(record)`` is called with the finished record of every job
-    that ends here (it frees a slot: the service polls and prunes there).
+    Publishes on ``events``: "started" once a job's process runs, "changed"
+    when its stats or its cancel request change, "ended" with the finished
+    record of every job that ends here (a slot is free by then).
     """
 
     log = Logger()
 
-    def __init__(self, reactor, store, projects, directory, max_jobs, job_ended,
+    def __init__(self, reactor, store, events, projects, directory, max_jobs,
                  python=sys.executable, grace=30.0, stats_interval=1.0,
                  environ=None, signal_process=send_signal):
         self._reactor = reactor
         self._store = store
+        self._events = events
         self._projects = projects
         self._directory = directory
         self._max_jobs = max_jobs
-        self._job_ended = job_ended
         self._python = python
         self._grace = grace
         self._stats_interval = stats_interval
         self._environ = os.environ if environ is None else environ
         self._signal = signal_process
         self._running = {}
+        # {job key: waiters} of jobs whose process ended and whose end is
+        # being recorded: they keep their slot until it is (or failed to be).
+        self._ending = {}
         self._stopping = False
 
     # -- starting --------------------------------------------------------------
@@ -143,9 +149,12 @@ class Launcher:
     def slots_free(self):
         if self._stopping:
             return 0
-        return max(0, self._max_jobs - len(self._running))
+        return max(0, self._max_jobs - len(self._running) - len(self._ending))
 
     def launch(self, record):
+        # ``record`` is claimed: the table says running, without a pid. If
+        # the service dies before the pid is recorded, the next start finds
+        # it so and marks it lost; it is never pending again, never run twice.
         files = files_of(self._directory, record)
         try:
             argv, workdir = self._prepare(record, files)
@@ -155,16 +164,27 @@ class Launcher:
             return
         except Exception as e:
             # Whatever else refuses the start, the job must end and the
-            # poller's loop go on: a job left pending would be retried forever.
+            # poller's loop go on.
             self.log.failure("job {jobid}: unexpected error starting it", jobid=record.id)
             self._fail_to_start(record, files, f"{type(e).__name__}: {e}")
             return
-        job = RunningJob(record=self._store.mark_running(record.id, pid, self._reactor.seconds()),
-                         files=files, pid=pid)
+        job = RunningJob(record=replace(record, pid=pid), files=files, pid=pid)
         self._running[fold(record.id)] = job
         job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
         self.log.info("job {jobid} started: {project}/{spider}, pid {pid}",
                       jobid=record.id, project=record.project, spider=record.spider, pid=pid)
+        recorded = self._store.mark_started(record.id, pid)
+        recorded.addCallbacks(self._started, self._not_recorded, callbackArgs=(job,),
+                              errbackArgs=(record.id, "its process id"))
+
+    def _started(self, record, job):
+        if record is not None and record.state != FINISHED:
+            job.record = record
+        self._events.publish(STARTED, job.record)
+
+    def _not_recorded(self, failure, jobid, what):
+        # The job goes on; the table is behind until its next change.
+        self.log.failure("job {jobid}: could not record {what}", failure, jobid=jobid, what=what)
 
     def _prepare(self, record, files):
         project = self._projects.get(record.project)
@@ -205,9 +225,12 @@ class Launcher:
                 f.write(f"netweir-serve: the job could not start: {reason}\n")
         except OSError:
             pass
-        ended = self._store.mark_finished(record.id, "failed", self._reactor.seconds(),
-                                          reason=reason)
-        self._job_ended(ended)
+        now = self._reactor.seconds()
+        self._ending[fold(record.id)] = []
+        recorded = self._store.mark_finished(record.id, "failed", now, reason=reason)
+        recorded.addErrback(self._end_not_recorded, record.id)
+        recorded.addCallback(self._ended, replace(record, state=FINISHED, outcome="failed",
+                                                  end_time=now, reason=reason))
 
     # -- watching --------------------------------------------------------------
 
@@ -223,7 +246,12 @@ class Launcher:
             stats = read_stats(job.files.stats)
             if stats is not None:
                 job.stats, job.stats_changed = stats, changed
+                self._events.publish(CHANGED, job.record)
         job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
+
+    def running_count(self):
+        """How many jobs run here now."""
+        return len(self._running)
 
     def running_stats(self, jobid):
         job = self._running.get(fold(jobid))
@@ -238,33 +266,41 @@ class Launcher:
         for call in (job.stats_call, job.kill_call):
             if call is not None and call.active():
                 call.cancel()
-        record = None
-        try:
-            record = self._record_end(job, exit_status_of(reason))
-        except Exception:
-            # A full disk, say: the job is marked lost at the next start.
-            self.log.failure("job {jobid}: could not record how it ended", jobid=jobid)
-        finally:
-            # The slot is free whatever happened; the service hears of it
-            # before whoever waits for the job (stopping closes the store).
-            if record is not None:
-                self._job_ended(record)
-            for d in job.ended:
-                d.callback(record)
-
-    def _record_end(self, job, status):
+        self._ending[fold(jobid)] = job.ended
+        status = exit_status_of(reason)
         stats = read_stats(job.files.stats) or job.stats
-        if job.cancel_requested:
-            outcome = "cancelled"
-        else:
-            outcome = "finished" if status == 0 else "failed"
-        # ScrapydWeb reads a crawl's numbers from the end of its log.
-        append_stats(job.files.log, stats, outcome, self._reactor.seconds())
-        record = self._store.mark_finished(job.record.id, outcome, self._reactor.seconds(),
-                                           exit_status=status, stats=stats)
+        outcome = "cancelled" if job.cancel_requested else (
+            "finished" if status == 0 else "failed")
+        now = self._reactor.seconds()
+        try:
+            # ScrapydWeb reads a crawl's numbers from the end of its log.
+            append_stats(job.files.log, stats, outcome, now)
+        except OSError as e:
+            self.log.warn("job {jobid}: could not append its stats to its log: {e}",
+                          jobid=jobid, e=e)
         self.log.info("job {jobid} ended: {outcome} (exit status {status})",
                       jobid=job.record.id, outcome=outcome, status=status)
-        return record
+        recorded = self._store.mark_finished(job.record.id, outcome, now,
+                                             exit_status=status, stats=stats)
+        # A full disk, say: the table still says running, and the next
+        # start settles it. The slot is free and every waiter hears of the
+        # end all the same.
+        recorded.addErrback(self._end_not_recorded, job.record.id)
+        recorded.addCallback(self._ended, replace(
+            job.record, state=FINISHED, outcome=outcome, end_time=now, exit_status=status,
+            stats=stats))
+
+    def _end_not_recorded(self, failure, jobid):
+        self.log.failure("job {jobid}: could not record how it ended", failure, jobid=jobid)
+        return None
+
+    def _ended(self, record, known):
+        # The service hears of it before whoever waits for the job
+        # (stopping closes the store).
+        waiters = self._ending.pop(fold(known.id))
+        self._events.publish(ENDED, record if record is not None else known)
+        for d in waiters:
+            d.callback(record)
 
     # -- stopping --------------------------------------------------------------
 
@@ -276,7 +312,10 @@ class Launcher:
             self._kill(job)
             return True
         job.cancel_requested = True
-        self._store.mark_cancel_requested(job.record.id)
+        job.record = replace(job.record, cancel_requested=True)
+        recorded = self._store.mark_cancel_requested(job.record.id)
+        recorded.addErrback(self._not_recorded, job.record.id, "the cancel request")
+        self._events.publish(CHANGED, job.record)
         self.log.info("job {jobid}: cancel asked, stopping it", jobid=job.record.id)
         self._signal(job.pid, signal.SIGTERM, False)
         job.kill_call = self._reactor.callLater(self._grace, self._kill, job)
@@ -294,6 +333,10 @@ class Launcher:
     def stop(self):
         self._stopping = True
         waits = []
+        for waiters in self._ending.values():
+            d = defer.Deferred()
+            waiters.append(d)
+            waits.append(d)
         for job in list(self._running.values()):
             d = defer.Deferred()
             job.ended.append(d)

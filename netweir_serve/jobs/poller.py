@@ -1,50 +1,100 @@
 """Handing pending jobs to free slots."""
 
+from twisted.internet import defer
 from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from .interfaces import IPoller
+from .records import StoreError
 
 
 @implementer(IPoller)
 class Poller:
-    """IPoller: starts pending jobs, highest priority first, then oldest.
+    """IPoller: while the launcher has a free slot, claims the next pending
+    job of the served ``projects`` for ``node`` and launches it.
 
-    ``poll`` is called whenever a job is queued or a slot frees, so jobs
-    start at once; the timer every ``interval`` seconds is only a safety net.
-    """
+    A slot asks for work (as scrapyd's poller pulls from its queue): a
+    round runs from a timer of its own, never inside the call that asked
+    for it, and the calls that come while a round is due or under way make
+    one more round, not one each. ``poll`` is called whenever a job is
+    queued or a slot frees, so jobs start at once; the timer every
+    ``interval`` seconds is only a safety net (a write that failed, a
+    table changed from outside)."""
 
-    def __init__(self, store, launcher, clock, interval=5.0):
+    log = Logger()
+
+    def __init__(self, store, launcher, clock, node, projects, interval=5.0):
         self._store = store
         self._launcher = launcher
+        self._clock = clock
+        self._node = node
+        self._projects = tuple(projects)
         self._interval = interval
         self._timer = LoopingCall(self.poll)
         self._timer.clock = clock
+        self._soon = None
+        self._round = None
         self._busy = False
         self._again = False
+        self._stopped = False
 
     def poll(self):
-        # A launch that fails at once ends the job, which polls again from
-        # inside this loop: note it and go round once more instead of nesting.
+        if self._stopped:
+            return
         if self._busy:
             self._again = True
-            return
+        elif self._soon is None:
+            self._soon = self._clock.callLater(0, self._start_round)
+
+    def _start_round(self):
+        self._soon = None
         self._busy = True
-        try:
-            self._again = True
-            while self._again:
-                self._again = False
-                while self._launcher.slots_free() > 0:
-                    record = self._store.next_pending()
-                    if record is None:
-                        break
-                    self._launcher.launch(record)
-        finally:
-            self._busy = False
+        self._round = self._claim_and_launch()
+        self._round.addErrback(lambda f: self.log.failure("a round of starting jobs failed", f))
+        # A round that finished at once (SQLite) is over after this line.
+        self._round.addBoth(self._round_done)
+
+    def _round_done(self, _):
+        self._busy = False
+        self._round = None
+        if self._again:
+            self._again = False
+            self.poll()
+
+    @defer.inlineCallbacks
+    def _claim_and_launch(self):
+        while not self._stopped and self._launcher.slots_free() > 0:
+            try:
+                record = yield self._store.claim_next(self._node, self._projects,
+                                                      self._clock.seconds())
+            except StoreError as e:
+                # Nothing was claimed; the next poll (or the timer) tries again.
+                self.log.warn("could not take the next job: {why}", why=e.message)
+                return
+            if record is None:
+                return
+            try:
+                self._launcher.launch(record)
+            except Exception:
+                # launch ends the job itself on any error it expects; this
+                # keeps an unexpected one to that job, not the queue.
+                self.log.failure("job {jobid}: unexpected error launching it", jobid=record.id)
 
     def start(self):
-        self._timer.start(self._interval, now=True)
+        self._stopped = False
+        started = self._timer.start(self._interval, now=True)
+        started.addErrback(lambda f: self.log.failure("the poll timer failed", f))
 
     def stop(self):
+        self._stopped = True
         if self._timer.running:
             self._timer.stop()
+        if self._soon is not None and self._soon.active():
+            self._soon.cancel()
+        self._soon = None
+        if self._round is None:
+            return defer.succeed(None)
+        waiting = defer.Deferred()
+        self._round.addBoth(lambda result: waiting.callback(None) or result)
+        return waiting

@@ -1,29 +1,27 @@
 """Queueing checked jobs, and taking them out again."""
 
+from twisted.internet import defer
 from zope.interface import implementer
 
-from .interfaces import IScheduler
-from .store.sqlite import FINISHED, PENDING, RUNNING, JobRecord
 from ..names import new_job_id
+from .events import ENDED, QUEUED
+from .interfaces import IScheduler
+from .records import PENDING, RUNNING, JobRecord
 
 
 @implementer(IScheduler)
 class Scheduler:
-    """IScheduler over a job store and a launcher.
+    """IScheduler over a job store and a launcher; publishes "queued" for
+    each job it adds and "ended" for each pending job it cancels."""
 
-    ``wake`` is called after a job is queued (the poller's ``poll``), so a
-    job starts at once when a slot is free; ``ended`` is called with the
-    record of a pending job cancelled here (for pruning)."""
-
-    def __init__(self, store, launcher, clock, wake, ended):
+    def __init__(self, store, launcher, clock, events):
         self._store = store
         self._launcher = launcher
         self._clock = clock
-        self._wake = wake
-        self._ended = ended
+        self._events = events
 
     def schedule(self, checked, jobid=None, priority=0.0):
-        record = self._store.add(JobRecord(
+        added = self._store.add(JobRecord(
             id=jobid or new_job_id(),
             project=checked.project,
             spider=checked.spider,
@@ -33,18 +31,23 @@ class Scheduler:
             priority=float(priority),
             created=self._clock.seconds(),
         ))
-        self._wake()
+        return added.addCallback(self._published, QUEUED)
+
+    def _published(self, record, kind):
+        self._events.publish(kind, record)
         return record
 
+    @defer.inlineCallbacks
     def cancel(self, jobid, now=False):
-        record = self._store.get(jobid)
-        if record is None or record.state == FINISHED:
+        record = yield self._store.get(jobid)
+        if record is not None and record.state == PENDING:
+            ended = yield self._store.cancel_pending(record.id, self._clock.seconds())
+            if ended is not None:
+                self._published(ended, ENDED)
+                return PENDING
+            # Claimed between the two reads: it runs now, so stop it.
+            record = yield self._store.get(jobid)
+        if record is None or record.state != RUNNING:
             return None
-        if record.state == PENDING:
-            ended = self._store.mark_finished(
-                record.id, "cancelled", self._clock.seconds(),
-                reason="cancelled before it started")
-            self._ended(ended)
-            return PENDING
         self._launcher.cancel(record.id, now=now)
         return RUNNING

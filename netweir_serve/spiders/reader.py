@@ -6,7 +6,7 @@ there is netweir_serve.spiders._loader), a fresh one for every request: an edite
 spider is seen at once, and a broken file is an error naming it rather than
 the daemon's problem.
 
-``SpiderInspector`` keeps a *warm* helper process that has imported netweir
+``SpiderReader`` keeps a *warm* helper process that has imported netweir
 once and forks a fresh reader per request (a few milliseconds); with
 ``warm=False`` it starts a whole new interpreter per request instead (a few
 hundred). Either way the reactor never waits: every method returns a
@@ -18,8 +18,10 @@ import sys
 from dataclasses import dataclass
 
 from twisted.internet import defer
+from zope.interface import implementer
 
 from ..jobs import datapaths
+from ..jobs.interfaces import ISpiderReader
 from .runners import InspectError, OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
@@ -71,7 +73,8 @@ def split_setting(text):
 # --- the daemon's interface ---------------------------------------------------------
 
 
-class SpiderInspector:
+@implementer(ISpiderReader)
+class SpiderReader:
     """Lists a project's spiders and checks jobs before they are queued,
     reading the project's files afresh in another process each time.
 

@@ -1,11 +1,13 @@
 """The scrapyd-shaped JSON endpoints."""
 
 import math
-import os
 
-from ..jobs import datapaths
-from ..jobs.store.sqlite import DuplicateJob
+from twisted.internet import defer
+
+from ..jobs.records import DuplicateJob, StoreError
+from ..jobs.submit import JobRequest, SubmitRefused, UnknownProject
 from ..names import fold
+from ..spiders.runners import InspectError
 from .answer import NODE_NAME, encode, ok_body, write_error
 from .endpoint import JsonEndpoint
 from .params import ApiError
@@ -18,26 +20,66 @@ SCHEDULE_PARAMETERS = ("project", "spider", "setting", "jobid", "priority", "_ve
 # scrapyd's cancel.json takes a signal name; these mean "stop now".
 KILL_SIGNALS = ("KILL", "SIGKILL", "9")
 
+# How the job core's refusals are answered (InspectError: a spider file
+# that cannot be listed, a sentence about the files).
+_REFUSALS = ((UnknownProject, 404), (DuplicateJob, 409), (SubmitRefused, 400),
+             (InspectError, 400), (StoreError, 503))
+
+
+def refused(failure):
+    """An errback: the job core's refusals as ApiErrors; anything else
+    passes on (and is answered 500)."""
+    for kind, code in _REFUSALS:
+        if failure.check(kind):
+            error = failure.value
+            raise ApiError(code, getattr(error, "message", None) or str(error))
+    return failure
+
 
 class Api:
     """What the endpoints work with: the parts of the service they call."""
 
-    def __init__(self, projects, store, scheduler, launcher, inspector, directory):
+    def __init__(self, projects, store, scheduler, launcher, reader, submitter):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
         self.launcher = launcher
-        self.inspector = inspector
-        self.directory = directory
+        self.reader = reader
+        self.submitter = submitter
 
     def project(self, params, key="project"):
         """The served Project named by ``key``; ApiError when it is not."""
-        name = params.name(key)
-        project = self.projects.get(name)
-        if project is None:
-            known = ", ".join(self.projects.names()) or "none"
-            raise ApiError(404, f"no project {name!r} (projects: {known})")
-        return project
+        try:
+            return self.submitter.project(params.name(key))
+        except UnknownProject as e:
+            raise ApiError(404, e.message) from None
+
+
+class VersionCache:
+    """Answers built from the job table, kept until its version moves on."""
+
+    def __init__(self, api):
+        self._api = api
+        self._version = None
+        self._answers = {}
+
+    def answer(self, key, build):
+        """Deferred of the answer for ``key``: the kept one while the table's
+        version is the same, else ``build()`` (a Deferred) again."""
+        return self._api.store.version().addCallback(self._for_version, key, build)
+
+    def _for_version(self, version, key, build):
+        if version != self._version:
+            self._answers.clear()
+            self._version = version
+        if key in self._answers:
+            return self._answers[key]
+        return build().addCallback(self._keep, version, key)
+
+    def _keep(self, answer, version, key):
+        if version == self._version:
+            self._answers[key] = answer
+        return answer
 
 
 class ApiEndpoint(JsonEndpoint):
@@ -51,14 +93,13 @@ class DaemonStatus(ApiEndpoint):
 
     def __init__(self, api):
         super().__init__(api)
-        self._answer = None
-        self._generation = None
+        self._cache = VersionCache(api)
 
     def answer(self, params, request):
-        if self._generation != self.api.store.generation:
-            self._answer = ok_body(**self.api.store.counts())
-            self._generation = self.api.store.generation
-        return self._answer
+        return self._cache.answer(None, self._build)
+
+    def _build(self):
+        return self.api.store.counts().addCallback(lambda counts: ok_body(**counts))
 
 
 class ListProjects(ApiEndpoint):
@@ -78,16 +119,9 @@ class ListVersions(ApiEndpoint):
 class ListSpiders(ApiEndpoint):
     def answer(self, params, request):
         project = self.api.project(params)
-        d = self.api.inspector.listSpiders(project)
-        d.addCallbacks(lambda names: {"spiders": names}, _refused)
+        d = self.api.reader.listSpiders(project)
+        d.addCallbacks(lambda names: {"spiders": names}, refused)
         return d
-
-
-def _refused(failure):
-    message = getattr(failure.value, "message", None)
-    if message is None:
-        return failure
-    raise ApiError(400, message)
 
 
 def _setting_pairs(params):
@@ -117,33 +151,18 @@ class Schedule(ApiEndpoint):
     methods = (b"POST",)
 
     def answer(self, params, request):
-        api = self.api
-        project = api.project(params)
-        spider = params.name("spider")
-        jobid = params.name("jobid", "job id", required=False)
-        priority = _priority(params)
-        settings = _setting_pairs(params)
-        arguments = [(k, v) for k, v in params.pairs if k not in SCHEDULE_PARAMETERS]
-        if jobid is not None and api.store.get(jobid) is not None:
-            raise ApiError(409, f"a job with id {jobid!r} already exists (job ids ignore case)")
-        data_dir = os.path.join(api.directory, "data", project.name)
-        for key, value in settings:
-            if key in datapaths.PATH_SETTINGS:
-                try:
-                    datapaths.prepare(data_dir, key, value)
-                except ValueError as e:
-                    raise ApiError(400, str(e)) from None
-        d = api.inspector.checkJob(project, spider, settings, arguments, data_dir)
-        d.addErrback(_refused)
-        d.addCallback(self._queue, jobid, priority)
+        project = self.api.project(params)
+        job = JobRequest(
+            project=project.name,
+            spider=params.name("spider"),
+            jobid=params.name("jobid", "job id", required=False),
+            priority=_priority(params),
+            settings=tuple(_setting_pairs(params)),
+            arguments=tuple((k, v) for k, v in params.pairs if k not in SCHEDULE_PARAMETERS),
+        )
+        d = self.api.submitter.submit(job)
+        d.addCallbacks(lambda record: {"jobid": record.id}, refused)
         return d
-
-    def _queue(self, checked, jobid, priority):
-        try:
-            record = self.api.scheduler.schedule(checked, jobid=jobid, priority=priority)
-        except DuplicateJob as e:
-            raise ApiError(409, str(e)) from None
-        return {"jobid": record.id}
 
 
 class Cancel(ApiEndpoint):
@@ -155,10 +174,15 @@ class Cancel(ApiEndpoint):
         project = params.name("project")
         jobid = params.name("job", "job id")
         now = (params.get("signal") or "").upper() in KILL_SIGNALS
-        record = self.api.store.get(jobid)
+        return self._cancel(project, jobid, now).addErrback(refused)
+
+    @defer.inlineCallbacks
+    def _cancel(self, project, jobid, now):
+        record = yield self.api.store.get(jobid)
         if record is None or fold(record.project) != fold(project):
             return {"prevstate": None}
-        return {"prevstate": self.api.scheduler.cancel(record.id, now=now)}
+        prevstate = yield self.api.scheduler.cancel(record.id, now=now)
+        return {"prevstate": prevstate}
 
 
 class ListJobs(ApiEndpoint):
@@ -166,32 +190,28 @@ class ListJobs(ApiEndpoint):
 
     def __init__(self, api):
         super().__init__(api)
-        self._cache = {}
-        self._generation = None
+        self._cache = VersionCache(api)
 
     def answer(self, params, request):
         project = params.name("project", required=False)
-        key = project.lower() if project else None
-        if self._generation != self.api.store.generation:
-            self._cache.clear()
-            self._generation = self.api.store.generation
-        body = self._cache.get(key)
-        if body is None:
-            pending, running, finished = self.api.store.jobs(project)
-            body = encode({
-                "node_name": NODE_NAME, "status": "ok",
-                "pending": [job_entry(r) for r in pending],
-                "running": [job_entry(r) for r in running],
-                "finished": [job_entry(r) for r in reversed(finished)],
-            })
-            self._cache[key] = body
-        return body
+        key = fold(project) if project else None
+        return self._cache.answer(key, lambda: self._build(project)).addErrback(refused)
+
+    def _build(self, project):
+        return self.api.store.jobs(project).addCallback(lambda jobs: encode({
+            "node_name": NODE_NAME, "status": "ok",
+            "pending": [job_entry(r) for r in jobs[0]],
+            "running": [job_entry(r) for r in jobs[1]],
+            "finished": [job_entry(r) for r in reversed(jobs[2])],
+        }))
 
 
 class JobStats(ApiEndpoint):
     def answer(self, params, request):
         jobid = params.name("job", "job id")
-        record = self.api.store.get(jobid)
+        return self.api.store.get(jobid).addCallback(self._entry, jobid).addErrback(refused)
+
+    def _entry(self, record, jobid):
         if record is None:
             raise ApiError(404, f"no job {jobid!r}")
         return stats_entry(record, self.api.launcher.running_stats(record.id))
@@ -203,8 +223,11 @@ class Status(ApiEndpoint):
     def answer(self, params, request):
         jobid = params.name("job", "job id")
         project = params.name("project", required=False)
-        record = self.api.store.get(jobid)
-        if record is not None and project and record.project.lower() != project.lower():
+        return self.api.store.get(jobid).addCallback(self._entry, project).addErrback(refused)
+
+    @staticmethod
+    def _entry(record, project):
+        if record is not None and project and fold(record.project) != fold(project):
             record = None
         if record is None:
             return {"currstate": None, "outcome": None}

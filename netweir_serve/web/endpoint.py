@@ -1,11 +1,10 @@
 """The frame every JSON endpoint shares: methods, parameters, answer shape."""
 
-from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET
 
 from .answer import ok_body, write_error, write_json
+from .deferred import render_result
 from .params import ApiError, Params
 
 log = Logger()
@@ -39,13 +38,8 @@ class JsonEndpoint(Resource):
         except Exception:
             log.failure("unexpected error answering {path}", path=request.path)
             return write_error(request, 500, "internal error; see the service's log")
-        if not isinstance(result, defer.Deferred):
-            return write_json(request, self._body(result))
-        result.addCallbacks(lambda r: write_json(request, self._body(r)), self._failed,
-                            errbackArgs=(request,))
-        result.addCallback(self._finish, request)
-        request.notifyFinish().addErrback(lambda _: None)
-        return NOT_DONE_YET
+        return render_result(request, result, lambda r: write_json(request, self._body(r)),
+                             lambda f: self._failed(f, request))
 
     @staticmethod
     def _body(result):
@@ -57,11 +51,3 @@ class JsonEndpoint(Resource):
             return write_error(request, failure.value.code, failure.value.message)
         log.failure("unexpected error answering {path}", failure, path=request.path)
         return write_error(request, 500, "internal error; see the service's log")
-
-    @staticmethod
-    def _finish(body, request):
-        if request.finished or request._disconnected:
-            return
-        request.write(body)
-        request.finish()
-

@@ -15,12 +15,16 @@ from datetime import datetime
 from html import escape
 from urllib.parse import quote
 
+from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
-from ..jobs.store.sqlite import FINISHED, RUNNING
+from ..jobs.records import FINISHED, RUNNING
 from .answer import write_error
+from .deferred import render_result
 from .views import items_url, log_url
+
+log = Logger()
 
 HTML_TYPE = b"text/html; charset=utf-8"
 
@@ -94,7 +98,13 @@ class HtmlPage(Resource):
         refused = refuse_method(request)
         if refused is not None:
             return refused
-        return write_html(request, self.page(request))
+        return render_result(request, self.page(request), lambda text: write_html(request, text),
+                             lambda failure: self._failed(failure, request))
+
+    @staticmethod
+    def _failed(failure, request):
+        log.failure("unexpected error answering {path}", failure, path=request.path)
+        return write_error(request, 500, "internal error; see the service's log")
 
 
 # -- / ---------------------------------------------------------------------------
@@ -190,24 +200,35 @@ def jobs_html(pending_rows, running_rows, finished_rows):
 
 class Jobs(HtmlPage):
     """/jobs. Pending and finished rows don't change between changes of the
-    job table, so they are kept per ``store.generation``; running rows
-    carry a runtime and are made on each request."""
+    job table, so they are kept per version of it; running rows carry a
+    runtime and are made on each request."""
 
     def __init__(self, store, clock=time.time):
         super().__init__()
         self.store = store
         self.clock = clock
-        self._generation = None
+        self._version = None
         self._cached = None
 
     def page(self, request):
+        return self.store.version().addCallback(self._for_version)
+
+    def _for_version(self, version):
+        if version == self._version:
+            return self._html(self._cached)
+        return self.store.jobs().addCallback(self._rows, version)
+
+    def _rows(self, jobs, version):
+        pending, running, finished = jobs
         now = self.clock()
-        if self._generation != self.store.generation:
-            pending, running, finished = self.store.jobs()
-            self._cached = ("".join(job_row(r, now) for r in pending), running,
-                            "".join(job_row(r, now) for r in reversed(finished)))
-            self._generation = self.store.generation
-        pending_rows, running, finished_rows = self._cached
+        self._cached = ("".join(job_row(r, now) for r in pending), running,
+                        "".join(job_row(r, now) for r in reversed(finished)))
+        self._version = version
+        return self._html(self._cached)
+
+    def _html(self, cached):
+        pending_rows, running, finished_rows = cached
+        now = self.clock()
         return jobs_html(pending_rows, "".join(job_row(r, now) for r in running), finished_rows)
 
 

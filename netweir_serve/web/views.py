@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from ..jobs.store.sqlite import FINISHED, PENDING, RUNNING
+from ..jobs.records import FINISHED, PENDING, RUNNING
 
 
 def format_time(seconds):

@@ -1,214 +1,369 @@
-"""The job table in DIR/jobs.db: SQLite, opened once, one transaction per change.
+"""IJobStore on an SQLite file, DIR/jobs.db by default.
 
-Each call is a handful of indexed statements on a local file, small enough
-to run on the reactor thread; nothing here reads job files.
+The work is synchronous inside: each call is a handful of indexed statements
+on a local file, small enough for the reactor thread, and its Deferred has
+fired by the time the call returns. Two things keep a slow file from
+stalling the reactor: the busy timeout is a few milliseconds, and a write
+that finds the file locked (another process holding it) waits its turn on
+a timer and is tried again, in order with the writes queued behind it,
+instead of sleeping. Every commit is durable (``synchronous=FULL``): an
+answered ``schedule.json`` survives a power cut.
 """
 
+import collections
 import json
 import sqlite3
 from dataclasses import dataclass, replace
 
+from twisted.internet import defer
+from twisted.logger import Logger
 from zope.interface import implementer
 
-from ..interfaces import IJobStore
 from ...names import fold
+from ..interfaces import IJobStore
+from ..records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
+from .migrations import migrate_sqlite
 
-PENDING, RUNNING, FINISHED = "pending", "running", "finished"
-OUTCOMES = ("finished", "failed", "cancelled", "lost")
+log = Logger()
 
+# How long one statement may wait for another process's lock before it
+# gives the reactor back; the write is then tried again from a timer.
+BUSY_TIMEOUT = 0.01
+# Opening (and migrating) happens before the service answers anything, so
+# it may wait longer for a lock.
+OPEN_BUSY_TIMEOUT = 5.0
+# The first retry of a locked write, doubled up to the last.
+RETRY_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.5)
+# How long a write keeps trying before it fails with StoreError.
+WRITE_PATIENCE = 60.0
 
-class DuplicateJob(ValueError):
-    """A job with this id (compared ignoring case) is already known."""
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One job as the table holds it. Immutable: a change makes a new one."""
-
-    id: str
-    project: str
-    spider: str
-    spider_file: str
-    settings: tuple = ()
-    arguments: tuple = ()
-    priority: float = 0.0
-    state: str = PENDING
-    outcome: str = None
-    pid: int = None
-    exit_status: int = None
-    created: float = 0.0
-    start_time: float = None
-    end_time: float = None
-    stats: dict = None
-    cancel_requested: bool = False
-    reason: str = None
-    seq: int = None
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL UNIQUE,
-    id TEXT NOT NULL,
-    project TEXT NOT NULL,
-    project_key TEXT NOT NULL,
-    spider TEXT NOT NULL,
-    spider_file TEXT NOT NULL,
-    settings TEXT NOT NULL,
-    arguments TEXT NOT NULL,
-    priority REAL NOT NULL,
-    state TEXT NOT NULL,
-    outcome TEXT,
-    pid INTEGER,
-    exit_status INTEGER,
-    created REAL NOT NULL,
-    start_time REAL,
-    end_time REAL,
-    stats TEXT,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    reason TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, priority DESC, seq);
-CREATE INDEX IF NOT EXISTS jobs_project ON jobs (project_key, state);
-"""
-
-_COLUMNS = (
-    "seq, id, project, spider, spider_file, settings, arguments, priority, state,"
-    " outcome, pid, exit_status, created, start_time, end_time, stats,"
-    " cancel_requested, reason"
-)
+def _identity(value):
+    return value
 
 
-def _pairs(text):
+def _dump_pairs(pairs):
+    return json.dumps(pairs)
+
+
+def _load_pairs(text):
     return tuple(tuple(pair) for pair in json.loads(text))
 
 
-def _record(row):
-    (seq, id_, project, spider, spider_file, settings, arguments, priority, state,
-     outcome, pid, exit_status, created, start_time, end_time, stats,
-     cancel_requested, reason) = row
-    return JobRecord(
-        id=id_, project=project, spider=spider, spider_file=spider_file,
-        settings=_pairs(settings), arguments=_pairs(arguments), priority=priority,
-        state=state, outcome=outcome, pid=pid, exit_status=exit_status,
-        created=created, start_time=start_time, end_time=end_time,
-        stats=json.loads(stats) if stats else None,
-        cancel_requested=bool(cancel_requested), reason=reason, seq=seq,
-    )
+def _dump_json(value):
+    return json.dumps(value) if value is not None else None
+
+
+def _load_json(text):
+    return json.loads(text) if text else None
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the jobs table named as the JobRecord field it holds."""
+
+    name: str
+    to_db: object = _identity
+    from_db: object = _identity
+
+
+# Each record field's column, declared once: the statements below are
+# derived from this. (``key`` and ``project_key``, the folded id and
+# project, are written beside them for lookups ignoring case.)
+COLUMNS = (
+    Column("seq"), Column("id"), Column("project"), Column("spider"), Column("spider_file"),
+    Column("settings", _dump_pairs, _load_pairs), Column("arguments", _dump_pairs, _load_pairs),
+    Column("priority"), Column("state"), Column("outcome"), Column("pid"),
+    Column("exit_status"), Column("created"), Column("start_time"), Column("end_time"),
+    Column("stats", _dump_json, _load_json), Column("cancel_requested", int, bool),
+    Column("reason"), Column("node"),
+)
+# Listings never show stats, the one large column: they neither read nor decode it.
+LISTED = tuple(c for c in COLUMNS if c.name != "stats")
+_INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
+
+
+def _select(columns):
+    return ", ".join(c.name for c in columns)
+
+
+def _record(columns, row):
+    return JobRecord(**{c.name: c.from_db(value) for c, value in zip(columns, row)})
+
+
+def _is_busy(error):
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _BUSY_CODES
+    return "locked" in str(error) or "busy" in str(error)
+
+
+class _Write:
+    def __init__(self, work, deadline):
+        self.work = work
+        self.deadline = deadline
+        self.deferred = defer.Deferred()
 
 
 @implementer(IJobStore)
-class JobStore:
-    """IJobStore on an SQLite file (or ``:memory:`` for tests)."""
+class SQLiteJobStore:
+    """IJobStore on the SQLite file ``path`` (or ``:memory:`` for tests).
 
-    def __init__(self, path):
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    ``clock`` (IReactorTime) times the retries of locked writes. Raises
+    sqlite3.Error (or migrations.NewerSchema) when the file cannot be
+    opened or brought up to date."""
+
+    def __init__(self, path, clock, busy_timeout=BUSY_TIMEOUT, patience=WRITE_PATIENCE):
+        self._clock = clock
+        self._patience = patience
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                   timeout=OPEN_BUSY_TIMEOUT)
         self._db.execute("PRAGMA journal_mode=WAL")
-        # WAL with synchronous=NORMAL survives a crash of this process (the
-        # case that matters); only a power cut may lose the last changes.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self.generation = 0
+        self._db.execute("PRAGMA synchronous=FULL")
+        migrate_sqlite(self._db)
+        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        # This process is the table's only writer (the directory lock sees
+        # to that), so the stored version, read once, is kept here after.
+        self._version = self._db.execute("SELECT version FROM store_meta").fetchone()[0]
+        self._writes = collections.deque()
+        self._retry = None
+        self._retries = 0
+        self._draining = False
+        self._closed = False
 
-    def close(self):
-        self._db.close()
+    # -- the write queue -------------------------------------------------------
 
-    def _write(self, sql, params=()):
-        with self._db:
-            cursor = self._db.execute(sql, params)
-        self.generation += 1
-        return cursor
+    def _write(self, work):
+        """Runs ``work(db)`` in a write transaction; Deferred of its result.
+        Writes are made in the order they were asked for."""
+        write = _Write(work, self._clock.seconds() + self._patience)
+        if self._closed:
+            write.deferred.errback(StoreError("the job table is closed"))
+            return write.deferred
+        self._writes.append(write)
+        if not self._draining and self._retry is None:
+            self._drain()
+        return write.deferred
 
-    def _one(self, where, params):
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE {where}", params).fetchone()
-        return _record(row) if row else None
+    def _drain(self):
+        self._retry = None
+        self._draining = True
+        try:
+            while self._writes:
+                write = self._writes[0]
+                try:
+                    result = self._transaction(write.work)
+                except sqlite3.OperationalError as e:
+                    if _is_busy(e) and not self._closed and self._clock.seconds() < write.deadline:
+                        self._wait_for_lock()
+                        return
+                    self._writes.popleft()
+                    write.deferred.errback(StoreError(f"the job table could not be written: {e}"))
+                except sqlite3.Error as e:
+                    self._writes.popleft()
+                    write.deferred.errback(StoreError(f"the job table could not be written: {e}"))
+                except Exception as e:
+                    self._writes.popleft()
+                    write.deferred.errback(e)
+                else:
+                    self._writes.popleft()
+                    self._retries = 0
+                    write.deferred.callback(result)
+        finally:
+            self._draining = False
 
-    def _many(self, where, params=(), order="seq"):
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM jobs WHERE {where} ORDER BY {order}", params)
-        return [_record(row) for row in rows]
+    def _wait_for_lock(self):
+        if self._retries == 0:
+            log.warn("the job table is locked by another process; writes wait for it")
+        delay = RETRY_DELAYS[min(self._retries, len(RETRY_DELAYS) - 1)]
+        self._retries += 1
+        self._retry = self._clock.callLater(delay, self._drain)
+
+    def _transaction(self, work):
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            result = work(db)
+            db.execute("UPDATE store_meta SET version = version + 1")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._version += 1
+        return result
+
+    def _read(self, work):
+        try:
+            return defer.succeed(work(self._db))
+        except sqlite3.Error as e:
+            return defer.fail(StoreError(f"the job table could not be read: {e}"))
+
+    # -- IJobStore -------------------------------------------------------------
+
+    def version(self):
+        return defer.succeed(self._version)
 
     def add(self, record):
-        try:
-            cursor = self._write(
-                "INSERT INTO jobs (key, id, project, project_key, spider, spider_file,"
-                " settings, arguments, priority, state, created)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (fold(record.id), record.id, record.project, fold(record.project),
-                 record.spider, record.spider_file, json.dumps(record.settings),
-                 json.dumps(record.arguments), record.priority, PENDING, record.created),
-            )
-        except sqlite3.IntegrityError:
-            raise DuplicateJob(f"a job with id {record.id!r} already exists"
-                               " (job ids ignore case)") from None
-        return replace(record, state=PENDING, seq=cursor.lastrowid)
+        values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
+        marks = ", ".join("?" for _ in _INSERTED)
+
+        def insert(db):
+            try:
+                cursor = db.execute(
+                    f"INSERT INTO jobs (key, project_key, {_select(_INSERTED)})"
+                    f" VALUES (?, ?, {marks})",
+                    (fold(record.id), fold(record.project)) + values)
+            except sqlite3.IntegrityError:
+                raise DuplicateJob(record.id) from None
+            return replace(record, seq=cursor.lastrowid)
+
+        return self._write(insert)
 
     def get(self, jobid):
-        return self._one("key = ?", (fold(jobid),))
+        return self._read(lambda db: self._one(db, "key = ?", (fold(jobid),)))
 
-    def next_pending(self):
-        return self._one(
-            "state = ? ORDER BY priority DESC, seq LIMIT 1", (PENDING,))
+    @staticmethod
+    def _one(db, where, params):
+        row = db.execute(f"SELECT {_select(COLUMNS)} FROM jobs WHERE {where}", params).fetchone()
+        return _record(COLUMNS, row) if row else None
 
-    def mark_running(self, jobid, pid, start_time):
-        self._write(
-            "UPDATE jobs SET state = ?, pid = ?, start_time = ? WHERE key = ?",
-            (RUNNING, pid, start_time, fold(jobid)))
-        return self.get(jobid)
+    def claim_next(self, node, projects, now):
+        keys = sorted({fold(p) for p in projects})
+        if not keys:
+            return defer.succeed(None)
+        marks = ", ".join("?" for _ in keys)
+
+        def claim(db):
+            # Inside BEGIN IMMEDIATE: nobody else writes between the two.
+            row = db.execute(
+                f"SELECT seq FROM jobs WHERE state = ? AND project_key IN ({marks})"
+                " ORDER BY priority DESC, seq LIMIT 1", (PENDING, *keys)).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE jobs SET state = ?, node = ?, start_time = ? WHERE seq = ?",
+                       (RUNNING, node, now, row[0]))
+            return self._one(db, "seq = ?", (row[0],))
+
+        return self._write(claim)
+
+    def mark_started(self, jobid, pid):
+        def started(db):
+            db.execute("UPDATE jobs SET pid = ? WHERE key = ? AND state = ?",
+                       (pid, fold(jobid), RUNNING))
+            return self._one(db, "key = ?", (fold(jobid),))
+
+        return self._write(started)
 
     def mark_finished(self, jobid, outcome, end_time, exit_status=None, stats=None,
                       reason=None):
         if outcome not in OUTCOMES:
-            raise ValueError(f"not an outcome: {outcome!r}")
-        self._write(
-            "UPDATE jobs SET state = ?, outcome = ?, end_time = ?, exit_status = ?,"
-            " stats = ?, reason = ? WHERE key = ?",
-            (FINISHED, outcome, end_time, exit_status,
-             json.dumps(stats) if stats is not None else None, reason, fold(jobid)))
-        return self.get(jobid)
+            return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
+
+        def finished(db):
+            db.execute(
+                "UPDATE jobs SET state = ?, outcome = ?, end_time = ?, exit_status = ?,"
+                " stats = ?, reason = ? WHERE key = ?",
+                (FINISHED, outcome, end_time, exit_status, _dump_json(stats), reason,
+                 fold(jobid)))
+            return self._one(db, "key = ?", (fold(jobid),))
+
+        return self._write(finished)
+
+    def cancel_pending(self, jobid, end_time):
+        def cancel(db):
+            cursor = db.execute(
+                "UPDATE jobs SET state = ?, outcome = 'cancelled', end_time = ?, reason = ?"
+                " WHERE key = ? AND state = ?",
+                (FINISHED, end_time, "cancelled before it started", fold(jobid), PENDING))
+            if cursor.rowcount == 0:
+                return None
+            return self._one(db, "key = ?", (fold(jobid),))
+
+        return self._write(cancel)
 
     def mark_cancel_requested(self, jobid):
-        self._write("UPDATE jobs SET cancel_requested = 1 WHERE key = ?", (fold(jobid),))
+        def requested(db):
+            db.execute("UPDATE jobs SET cancel_requested = 1 WHERE key = ?", (fold(jobid),))
+
+        return self._write(requested)
 
     def jobs(self, project=None):
-        where, params = "state = ?", ()
-        if project is not None:
-            where, params = "project_key = ? AND state = ?", (fold(project),)
-        return (
-            self._many(where, params + (PENDING,), "priority DESC, seq"),
-            self._many(where, params + (RUNNING,), "start_time, seq"),
-            self._many(where, params + (FINISHED,), "end_time, seq"),
-        )
+        def listing(db):
+            where, params = "state = ?", ()
+            if project is not None:
+                where, params = "project_key = ? AND state = ?", (fold(project),)
+            return tuple(
+                [_record(LISTED, row) for row in db.execute(
+                    f"SELECT {_select(LISTED)} FROM jobs WHERE {where} ORDER BY {order}",
+                    params + (state,))]
+                for state, order in ((PENDING, "priority DESC, seq"),
+                                     (RUNNING, "start_time, seq"),
+                                     (FINISHED, "end_time, seq")))
+
+        return self._read(listing)
 
     def counts(self):
-        found = {PENDING: 0, RUNNING: 0, FINISHED: 0}
-        for state, count in self._db.execute(
-                "SELECT state, COUNT(*) FROM jobs GROUP BY state"):
-            found[state] = count
-        return found
+        def count(db):
+            found = {PENDING: 0, RUNNING: 0, FINISHED: 0}
+            for state, n in db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
+                found[state] = n
+            return found
 
-    def mark_running_lost(self, end_time, stats_of):
-        lost = []
-        for record in self._many("state = ?", (RUNNING,)):
-            lost.append(self.mark_finished(
-                record.id, "lost", end_time, stats=stats_of(record),
-                reason="the service stopped while the job ran"))
-        return lost
+        return self._read(count)
+
+    def recover(self, node, end_time, stats_of):
+        def lost(db):
+            # A job claimed before nodes were recorded (node NULL) was ours:
+            # an SQLite table has only ever had one service.
+            rows = db.execute(
+                f"SELECT {_select(COLUMNS)} FROM jobs WHERE state = ?"
+                " AND (node = ? OR node IS NULL) ORDER BY seq", (RUNNING, node)).fetchall()
+            ended = []
+            for record in (_record(COLUMNS, row) for row in rows):
+                reason = ("the service stopped while the job ran" if record.pid is not None
+                          else "the service stopped before the job's process started")
+                stats = stats_of(record)
+                db.execute(
+                    "UPDATE jobs SET state = ?, outcome = 'lost', end_time = ?, stats = ?,"
+                    " reason = ? WHERE seq = ?",
+                    (FINISHED, end_time, _dump_json(stats), reason, record.seq))
+                ended.append(replace(record, state=FINISHED, outcome="lost",
+                                     end_time=end_time, stats=stats, reason=reason))
+            return ended
+
+        return self._write(lost)
 
     def prune(self, keep):
         # Called after every job ends: the count, from the index, spares a
-        # sort of the whole finished list when nothing is to go.
-        finished = self._db.execute(
-            "SELECT COUNT(*) FROM jobs WHERE state = ?", (FINISHED,)).fetchone()[0]
+        # sort of the whole finished list (and a write) when nothing is to go.
+        try:
+            finished = self._db.execute(
+                "SELECT COUNT(*) FROM jobs WHERE state = ?", (FINISHED,)).fetchone()[0]
+        except sqlite3.Error as e:
+            return defer.fail(StoreError(f"the job table could not be read: {e}"))
         if finished <= keep:
-            return []
-        old = self._many(
-            "state = ? AND seq NOT IN (SELECT seq FROM jobs WHERE state = ?"
-            " ORDER BY end_time DESC, seq DESC LIMIT ?)",
-            (FINISHED, FINISHED, int(keep)),
-        )
-        if old:
-            with self._db:
-                self._db.executemany("DELETE FROM jobs WHERE seq = ?", [(r.seq,) for r in old])
-            self.generation += 1
-        return old
+            return defer.succeed([])
+
+        def forget(db):
+            old = [_record(LISTED, row) for row in db.execute(
+                f"SELECT {_select(LISTED)} FROM jobs WHERE state = ? AND seq NOT IN"
+                " (SELECT seq FROM jobs WHERE state = ? ORDER BY end_time DESC, seq DESC"
+                " LIMIT ?)", (FINISHED, FINISHED, int(keep)))]
+            db.executemany("DELETE FROM jobs WHERE seq = ?", [(r.seq,) for r in old])
+            return old
+
+        return self._write(forget)
+
+    def close(self):
+        """Fails the writes still waiting for a lock, and closes the file."""
+        self._closed = True
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+        self._retry = None
+        while self._writes:
+            self._writes.popleft().deferred.errback(StoreError("the job table is closed"))
+        self._db.close()
+        return defer.succeed(None)

@@ -1,0 +1,49 @@
+"""Forgetting finished jobs past --keep, with their files."""
+
+from twisted.logger import Logger
+
+from .files import delete_files, files_of
+
+
+class Pruner:
+    """Forgets the oldest finished jobs past ``keep`` and deletes their
+    files, on a timer of its own: ``request`` may be called from anywhere
+    (a job's end, a request handler) and never deletes files in its
+    caller's call stack; requests made before it runs make one pruning."""
+
+    log = Logger()
+
+    def __init__(self, store, directory, keep, clock):
+        self._store = store
+        self._directory = directory
+        self._keep = keep
+        self._clock = clock
+        self._soon = None
+
+    def request(self, *_):
+        if self._soon is None:
+            self._soon = self._clock.callLater(0, self._prune)
+
+    def _prune(self):
+        self._soon = None
+        pruned = self._store.prune(self._keep)
+        pruned.addCallbacks(self._delete_files, self._failed)
+
+    def _delete_files(self, records):
+        for record in records:
+            for path in delete_files(files_of(self._directory, record)):
+                self.log.warn("could not delete {path} of forgotten job {jobid}",
+                              path=path, jobid=record.id)
+
+    def _failed(self, failure):
+        self.log.failure("could not forget finished jobs past --keep", failure)
+
+    def prune_now(self):
+        """Prunes at once (at start); Deferred that fires when done."""
+        pruned = self._store.prune(self._keep)
+        return pruned.addCallbacks(self._delete_files, self._failed)
+
+    def stop(self):
+        if self._soon is not None and self._soon.active():
+            self._soon.cancel()
+        self._soon = None

@@ -1,0 +1,54 @@
+"""A job as the job table holds it, and the words for its states and outcomes."""
+
+from dataclasses import dataclass
+
+PENDING, RUNNING, FINISHED = "pending", "running", "finished"
+STATES = (PENDING, RUNNING, FINISHED)
+OUTCOMES = ("finished", "failed", "cancelled", "lost")
+
+
+class DuplicateJob(ValueError):
+    """A job with this id (compared ignoring case) is already known."""
+
+    def __init__(self, jobid):
+        super().__init__(f"a job with id {jobid!r} already exists (job ids ignore case)")
+        self.jobid = jobid
+
+
+class StoreError(Exception):
+    """The job table could not be read or written (a locked file for too
+    long, a full disk); ``message`` says which, for a log line or an answer."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job. Immutable: a change makes a new one.
+
+    ``node`` is the name of the service that claimed it (None while
+    pending); ``pid`` is set once its process started, so a running job
+    without one was claimed but never started. Listings leave ``stats``
+    None (they never show it): read it from ``IJobStore.get``."""
+
+    id: str
+    project: str
+    spider: str
+    spider_file: str
+    settings: tuple = ()
+    arguments: tuple = ()
+    priority: float = 0.0
+    state: str = PENDING
+    outcome: str = None
+    pid: int = None
+    exit_status: int = None
+    created: float = 0.0
+    start_time: float = None
+    end_time: float = None
+    stats: dict = None
+    cancel_requested: bool = False
+    reason: str = None
+    node: str = None
+    seq: int = None

@@ -1,0 +1,87 @@
+"""The job table's schema, as an ordered list of migrations.
+
+``PRAGMA user_version`` says how many have been applied; a table written by
+an older netweir-serve is brought up to date in place when it is opened.
+Append a migration, never edit one that has landed: a ``jobs.db`` on some
+machine was made by it.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    what: str
+    statements: tuple
+
+
+SQLITE_MIGRATIONS = (
+    # The schema netweir-serve shipped with before versions were kept (a
+    # jobs.db from then has user_version 0 and this table already).
+    Migration(1, "the job table", (
+        """CREATE TABLE IF NOT EXISTS jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            key TEXT NOT NULL UNIQUE,
+            id TEXT NOT NULL,
+            project TEXT NOT NULL,
+            project_key TEXT NOT NULL,
+            spider TEXT NOT NULL,
+            spider_file TEXT NOT NULL,
+            settings TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            priority REAL NOT NULL,
+            state TEXT NOT NULL,
+            outcome TEXT,
+            pid INTEGER,
+            exit_status INTEGER,
+            created REAL NOT NULL,
+            start_time REAL,
+            end_time REAL,
+            stats TEXT,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            reason TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, priority DESC, seq)",
+        "CREATE INDEX IF NOT EXISTS jobs_project ON jobs (project_key, state)",
+    )),
+    Migration(2, "the node that claimed a job, and a store-wide version", (
+        "ALTER TABLE jobs ADD COLUMN node TEXT",
+        "CREATE INDEX jobs_node ON jobs (node, state)",
+        "CREATE TABLE store_meta (version INTEGER NOT NULL)",
+        "INSERT INTO store_meta (version) VALUES (0)",
+    )),
+)
+
+LATEST = SQLITE_MIGRATIONS[-1].version
+
+
+class NewerSchema(Exception):
+    """The table was written by a newer netweir-serve than this one."""
+
+
+def migrate_sqlite(db):
+    """Applies the migrations ``db`` (an sqlite3 connection in autocommit
+    mode) lacks, each in a transaction of its own. Returns the versions
+    applied. Raises NewerSchema for a table from a later version."""
+    current = db.execute("PRAGMA user_version").fetchone()[0]
+    if current > LATEST:
+        raise NewerSchema(
+            f"the job table has schema version {current}, newer than this"
+            f" netweir-serve knows ({LATEST}): use the newer netweir-serve")
+    applied = []
+    for migration in SQLITE_MIGRATIONS:
+        if migration.version <= current:
+            continue
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in migration.statements:
+                db.execute(statement)
+            # PRAGMA takes no parameters; the version is our own int.
+            db.execute(f"PRAGMA user_version = {int(migration.version)}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        applied.append(migration.version)
+    return applied

@@ -1,0 +1,117 @@
+"""Submitting a job: the use case behind schedule.json (and recurring schedules).
+
+A request is checked as far as it can be before it is queued: the project
+must be served, the job id free, the path settings inside the project's
+data directory (their folders made, since the crawl needs them), and the
+spider must accept the settings and arguments (read in a reader process).
+Only then is the job queued. A request refused at any step leaves nothing
+behind: the folders it made are removed again.
+"""
+
+import os
+from dataclasses import dataclass
+
+from twisted.internet import defer
+
+from ..spiders.runners import InspectError
+from . import datapaths
+from .records import DuplicateJob
+
+
+class SubmitRefused(Exception):
+    """A job that is not queued; ``message`` says why, for the requester."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+class UnknownProject(SubmitRefused):
+    """No served project has that name."""
+
+
+class JobRefused(SubmitRefused):
+    """The spider, a setting or an argument does not pass the checks."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a requester asks for. ``settings`` and ``arguments`` are
+    ``(key, value)`` pairs in the order given."""
+
+    project: str
+    spider: str
+    settings: tuple = ()
+    arguments: tuple = ()
+    jobid: str = None
+    priority: float = 0.0
+
+
+class JobSubmitter:
+    """Checks and queues jobs for the served ``projects``.
+
+    ``reader`` provides ISpiderReader, ``scheduler`` IScheduler; ``directory``
+    is the service's DIR (path settings live in DIR/data/PROJECT)."""
+
+    def __init__(self, projects, store, scheduler, reader, directory):
+        self._projects = projects
+        self._store = store
+        self._scheduler = scheduler
+        self._reader = reader
+        self._directory = directory
+
+    def project(self, name):
+        """The served Project called ``name`` (any case); UnknownProject if none."""
+        project = self._projects.get(name)
+        if project is None:
+            known = ", ".join(self._projects.names()) or "none"
+            raise UnknownProject(f"no project {name!r} (projects: {known})")
+        return project
+
+    def data_dir(self, project):
+        return os.path.join(self._directory, "data", project.name)
+
+    @defer.inlineCallbacks
+    def check(self, request):
+        """Deferred CheckedJob for ``request`` without queueing it; fails
+        with SubmitRefused (or DuplicateJob for a taken job id). Folders of
+        path settings stay made (a job will need them)."""
+        checked, _ = yield self._check(request)
+        return checked
+
+    @defer.inlineCallbacks
+    def submit(self, request):
+        """Deferred JobRecord of the queued job; fails with SubmitRefused,
+        DuplicateJob, or StoreError when the table cannot be written."""
+        checked, prepared = yield self._check(request)
+        try:
+            record = yield self._scheduler.schedule(
+                checked, jobid=request.jobid, priority=request.priority)
+        except BaseException:
+            prepared.undo()
+            raise
+        return record
+
+    @defer.inlineCallbacks
+    def _check(self, request):
+        project = self.project(request.project)
+        if request.jobid is not None:
+            existing = yield self._store.get(request.jobid)
+            if existing is not None:
+                raise DuplicateJob(request.jobid)
+        data_dir = self.data_dir(project)
+        try:
+            prepared = datapaths.prepare_all(data_dir, request.settings)
+        except ValueError as e:
+            raise JobRefused(str(e)) from None
+        try:
+            checked = yield self._reader.checkJob(
+                project, request.spider, request.settings, request.arguments, data_dir)
+        except InspectError as e:
+            prepared.undo()
+            raise JobRefused(e.message) from None
+        except BaseException:
+            # Cancelled (the requester went away), or the reader failed.
+            prepared.undo()
+            raise
+        return checked, prepared

@@ -1,0 +1,40 @@
+"""Answering with a value that may come later (a Deferred from the job core).
+
+The SQLite store answers at once, so most Deferreds have fired before the
+handler returns: those are answered in the same call, as a plain value
+would be. One that has not is answered when it fires, and cancelled if the
+client goes away first (a reader process checking a spider stops then).
+"""
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
+from twisted.web.server import NOT_DONE_YET
+
+
+def render_result(request, result, write, fail):
+    """What ``render`` returns for ``result``: ``write(value)`` gives the
+    body of a value, ``fail(failure)`` the body of an error."""
+    if not isinstance(result, defer.Deferred):
+        return write(result)
+    settled, waiting, gone = [], [], []
+
+    def settle(outcome):
+        if not waiting:
+            settled.append(outcome)
+        elif not gone:
+            body = fail(outcome) if isinstance(outcome, Failure) else write(outcome)
+            request.write(body)
+            request.finish()
+
+    result.addBoth(settle)
+    if settled:
+        outcome = settled[0]
+        return fail(outcome) if isinstance(outcome, Failure) else write(outcome)
+    waiting.append(True)
+
+    def went_away(failure):
+        gone.append(True)
+        result.cancel()
+
+    request.notifyFinish().addErrback(went_away)
+    return NOT_DONE_YET
