@@ -6,6 +6,7 @@ Range and HEAD, and as much of a growing file as was written when asked.
 """
 
 import os
+import re
 
 from twisted.web import static
 from twisted.web.resource import Resource
@@ -29,6 +30,22 @@ class NotFound(Resource):
         return write_error(request, 404, self.message)
 
 
+_SUFFIX_RANGE = re.compile(rb"\s*bytes\s*=\s*-\s*(\d+)\s*\Z")
+
+
+def _whole_file_for_long_suffix(request, size):
+    """RFC 9110: a suffix range longer than the file means the whole file
+    (Gerapy asks for the last 1,000 bytes of every log); twisted.web would
+    compute a negative offset and fail, so such a Range is asked as
+    ``bytes=0-``, which it serves as the whole file."""
+    header = request.getHeader(b"range")
+    if header is None:
+        return
+    match = _SUFFIX_RANGE.match(header.encode("latin-1") if isinstance(header, str) else header)
+    if match and int(match.group(1)) >= size:
+        request.requestHeaders.setRawHeaders(b"range", [b"bytes=0-"])
+
+
 class JobFile(static.File):
     """One job file; a directory or a missing file is a JSON 404."""
 
@@ -39,18 +56,11 @@ class JobFile(static.File):
     def __init__(self, path, content_type):
         super().__init__(path, defaultType=content_type)
 
-    def _rangeToOffsetAndSize(self, start, end):
-        # RFC 9110: a suffix range longer than the file means the whole file
-        # (Gerapy asks for the last 1,000 bytes of every log); Twisted would
-        # compute a negative offset and fail.
-        if start is None and end is not None:
-            end = min(end, self.getFileSize())
-        return super()._rangeToOffsetAndSize(start, end)
-
     def render_GET(self, request):
         if not self.isfile():
             return NotFound("no such file (the job has not written it yet,"
                             " or it was forgotten)").render(request)
+        _whole_file_for_long_suffix(request, self.getFileSize())
         return super().render_GET(request)
 
     def getChild(self, path, request):
