@@ -61,6 +61,8 @@ class ServeConfig:
     port: int = 6800
     directory: str = "netweir-serve"
     max_jobs: int = 1
+    # At most this many running jobs of one project's spider (None: no limit).
+    max_jobs_per_spider: int = None
     keep: int = 100
     credentials: tuple = None
     # The name this service claims jobs under (listjobs' node_name too).
@@ -128,6 +130,9 @@ class ServeOptions(usage.Options):
         ["dir", None, "netweir-serve", "where the job table, logs, items and stats go"],
         ["max-jobs", None, None,
          "how many jobs run at once (default: one per CPU)", _whole_number("--max-jobs", 1)],
+        ["max-jobs-per-spider", None, None,
+         "at most this many running jobs of one project's spider (default: no limit)",
+         _whole_number("--max-jobs-per-spider", 1)],
         ["keep", None, 100, "how many finished jobs to remember", _whole_number("--keep", 0)],
         ["username", None, None,
          "require HTTP basic auth with this username (better: $NETWEIR_SERVE_USERNAME)"],
@@ -219,6 +224,7 @@ class ServeOptions(usage.Options):
             port=self["port"],
             directory=os.path.abspath(self["dir"]),
             max_jobs=self["max-jobs"],
+            max_jobs_per_spider=self["max-jobs-per-spider"],
             keep=self["keep"],
             credentials=self["credentials"],
         )

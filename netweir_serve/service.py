@@ -20,6 +20,7 @@ from .jobs.scheduler import Scheduler
 from .jobs.store import open_store
 from .jobs.store.migrations import NewerSchema
 from .jobs.submit import JobSubmitter
+from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .web.api import Api
 from .web.guard import GuardedResource
@@ -57,7 +58,7 @@ class ServeService(service.Service):
     on stop, stops listening, cancels running jobs and waits for them."""
 
     def __init__(self, config, reactor, lock, store, launcher, poller, pruner, reader,
-                 factory):
+                 timetable, factory):
         self.config = config
         self.reactor = reactor
         self.lock = lock
@@ -66,6 +67,7 @@ class ServeService(service.Service):
         self.poller = poller
         self.pruner = pruner
         self.reader = reader
+        self.timetable = timetable
         self.factory = factory
         self.port = None
         self.started = None
@@ -106,6 +108,10 @@ class ServeService(service.Service):
         # Importing netweir in the warm reader now, not on the first request.
         self.reader.start()
         self.poller.start()
+        try:
+            yield self.timetable.start()
+        except Exception:
+            log.failure("could not start the recurring schedules")
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -113,6 +119,7 @@ class ServeService(service.Service):
         yield self.port.stopListening()
         if self.started is not None:
             yield self.started
+        self.timetable.stop()
         yield self.poller.stop()
         self.pruner.stop()
         running = self.launcher.running_count()
@@ -167,7 +174,7 @@ def makeService(config, reactor):
                         config.max_jobs, python=config.python, grace=config.grace,
                         stats_interval=config.stats_interval)
     poller = Poller(store, launcher, reactor, config.node, config.projects.names(),
-                    interval=config.poll_interval)
+                    interval=config.poll_interval, max_per_spider=config.max_jobs_per_spider)
     pruner = Pruner(store, config.directory, config.keep, reactor)
     # A queued job may start now; an ended one frees a slot and may take
     # the table past --keep.
@@ -179,7 +186,9 @@ def makeService(config, reactor):
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
     submitter = JobSubmitter(config.projects, store, scheduler, reader, config.directory)
-    api = Api(config.projects, store, scheduler, launcher, reader, submitter)
+    timetable = Timetable(store, submitter, reactor, environ=os.environ)
+    api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
+              max_per_spider=config.max_jobs_per_spider)
     root = Root(api, config.directory, pages=site_pages(api), listers=listers())
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
                      requestFactory=ServeRequest, reactor=reactor)
@@ -188,4 +197,4 @@ def makeService(config, reactor):
     factory = limit(site, reactor, deadline=config.request_deadline)
     factory.noisy = False
     return ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
-                        factory)
+                        timetable, factory)

@@ -32,11 +32,16 @@ class IJobStore(Interface):
     def get(jobid):
         """The JobRecord with this id (any case), stats included, or None."""
 
-    def claim_next(node, projects, now):
+    def claim_next(node, projects, now, max_per_spider=None):
         """Takes the pending job to start next (highest priority, then
-        oldest) among those of ``projects`` (names, any case), marking it
-        running on ``node`` with start time ``now``, in one atomic step: two
-        claimers never take the same job. Fires with the record, or None."""
+        oldest) among those of ``projects`` (names, any case) that may run
+        now (see jobs.policies: none of its locks held by a running job, its
+        spider under ``max_per_spider`` running jobs), marking it running on
+        ``node`` with start time ``now``, in one atomic step: two claimers
+        never take the same job. Fires with the record, or None."""
+
+    def schedule_jobs(name):
+        """(pending, running): how many jobs of schedule ``name`` wait or run."""
 
     def mark_started(jobid, pid):
         """Records the pid of a claimed job's process. Fires with the record."""
@@ -73,12 +78,36 @@ class IJobStore(Interface):
         """Finishes what is under way and closes the table."""
 
 
+class IScheduleStore(Interface):
+    """The recurring schedules, beside the jobs (a ScheduleRecord each).
+    Names compare ignoring case; every method returns a Deferred, and every
+    change moves the job store's ``version`` on."""
+
+    def add_schedule(record):
+        """Adds a schedule; fails with DuplicateSchedule. Fires with the record."""
+
+    def get_schedule(name):
+        """The ScheduleRecord called ``name`` (any case), or None."""
+
+    def schedules(project=None):
+        """Every schedule, or those of one project (any case), oldest first."""
+
+    def update_schedule(name, **changes):
+        """Sets the fields ``changes`` names (paused, next_due, last_due,
+        last_job, error) and adds ``runs_added`` and ``skipped_added`` to the
+        counts. Fires with the new record, or None if there is none."""
+
+    def delete_schedule(name):
+        """Forgets the schedule; fires with the record it had, or None."""
+
+
 class IScheduler(Interface):
     """Queues checked jobs and takes them out again."""
 
-    def schedule(checked, jobid=None, priority=0.0):
-        """Records a pending job for ``checked`` and publishes "queued".
-        Fires with the JobRecord; fails with DuplicateJob."""
+    def schedule(checked, jobid=None, priority=0.0, schedule=None, locks=()):
+        """Records a pending job for ``checked`` (queued by recurring
+        schedule ``schedule``, holding ``locks`` while it runs) and
+        publishes "queued". Fires with the JobRecord; fails with DuplicateJob."""
 
     def cancel(jobid, now=False):
         """Cancels a job: a pending one ends cancelled at once, a running one

@@ -12,7 +12,8 @@ from .records import StoreError
 @implementer(IPoller)
 class Poller:
     """IPoller: while the launcher has a free slot, claims the next pending
-    job of the served ``projects`` for ``node`` and launches it.
+    job of the served ``projects`` that may run (``max_per_spider``: at most
+    that many running jobs of one spider) for ``node`` and launches it.
 
     A slot asks for work (as scrapyd's poller pulls from its queue): a
     round runs from a timer of its own, never inside the call that asked
@@ -24,13 +25,15 @@ class Poller:
 
     log = Logger()
 
-    def __init__(self, store, launcher, clock, node, projects, interval=5.0):
+    def __init__(self, store, launcher, clock, node, projects, interval=5.0,
+                 max_per_spider=None):
         self._store = store
         self._launcher = launcher
         self._clock = clock
         self._node = node
         self._projects = tuple(projects)
         self._interval = interval
+        self._max_per_spider = max_per_spider
         self._timer = LoopingCall(self.poll)
         self._timer.clock = clock
         self._soon = None
@@ -66,8 +69,8 @@ class Poller:
     def _claim_and_launch(self):
         while not self._stopped and self._launcher.slots_free() > 0:
             try:
-                record = yield self._store.claim_next(self._node, self._projects,
-                                                      self._clock.seconds())
+                record = yield self._store.claim_next(
+                    self._node, self._projects, self._clock.seconds(), self._max_per_spider)
             except StoreError as e:
                 # Nothing was claimed; the next poll (or the timer) tries again.
                 self.log.warn("could not take the next job: {why}", why=e.message)

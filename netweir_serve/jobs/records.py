@@ -30,8 +30,10 @@ class JobRecord:
 
     ``node`` is the name of the service that claimed it (None while
     pending); ``pid`` is set once its process started, so a running job
-    without one was claimed but never started. Listings leave ``stats``
-    None (they never show it): read it from ``IJobStore.get``."""
+    without one was claimed but never started. ``schedule`` names the
+    recurring schedule that queued it; ``locks`` are what it must hold
+    alone while it runs (see jobs.policies). Listings leave ``stats`` None
+    (they never show it): read it from ``IJobStore.get``."""
 
     id: str
     project: str
@@ -51,4 +53,6 @@ class JobRecord:
     cancel_requested: bool = False
     reason: str = None
     node: str = None
+    schedule: str = None
+    locks: tuple = ()
     seq: int = None

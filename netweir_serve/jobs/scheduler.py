@@ -20,7 +20,7 @@ class Scheduler:
         self._clock = clock
         self._events = events
 
-    def schedule(self, checked, jobid=None, priority=0.0):
+    def schedule(self, checked, jobid=None, priority=0.0, schedule=None, locks=()):
         added = self._store.add(JobRecord(
             id=jobid or new_job_id(),
             project=checked.project,
@@ -30,6 +30,8 @@ class Scheduler:
             arguments=tuple(checked.arguments),
             priority=float(priority),
             created=self._clock.seconds(),
+            schedule=schedule,
+            locks=tuple(locks),
         ))
         return added.addCallback(self._published, QUEUED)
 

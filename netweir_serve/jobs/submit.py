@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from twisted.internet import defer
 
 from ..spiders.runners import InspectError
-from . import datapaths
+from . import datapaths, policies
 from .records import DuplicateJob
 
 
@@ -45,6 +45,10 @@ class JobRequest:
     arguments: tuple = ()
     jobid: str = None
     priority: float = 0.0
+    # The recurring schedule queueing it, and the locks that come with it
+    # (policies.schedule_lock for overlap=queue).
+    schedule: str = None
+    schedule_locks: tuple = ()
 
 
 class JobSubmitter:
@@ -85,8 +89,11 @@ class JobSubmitter:
         DuplicateJob, or StoreError when the table cannot be written."""
         checked, prepared = yield self._check(request)
         try:
+            locks = policies.path_locks(checked.project, self.data_dir(self.project(
+                checked.project)), checked.settings) + tuple(request.schedule_locks)
             record = yield self._scheduler.schedule(
-                checked, jobid=request.jobid, priority=request.priority)
+                checked, jobid=request.jobid, priority=request.priority,
+                schedule=request.schedule, locks=locks)
         except BaseException:
             prepared.undo()
             raise

@@ -1,16 +1,15 @@
 """The scrapyd-shaped JSON endpoints."""
 
-import math
-
 from twisted.internet import defer
 
-from ..jobs.records import DuplicateJob, StoreError
-from ..jobs.submit import JobRequest, SubmitRefused, UnknownProject
+from ..jobs.policies import RunningSet
+from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
-from ..spiders.runners import InspectError
 from .answer import NODE_NAME, encode, ok_body, write_error
-from .endpoint import JsonEndpoint
+from .endpoint import ApiEndpoint
 from .params import ApiError
+from .refusals import refused
+from .schedules import schedule_endpoints
 from .views import job_entry, stats_entry
 
 # Parameters of schedule.json that are not spider arguments. _version is
@@ -20,32 +19,20 @@ SCHEDULE_PARAMETERS = ("project", "spider", "setting", "jobid", "priority", "_ve
 # scrapyd's cancel.json takes a signal name; these mean "stop now".
 KILL_SIGNALS = ("KILL", "SIGKILL", "9")
 
-# How the job core's refusals are answered (InspectError: a spider file
-# that cannot be listed, a sentence about the files).
-_REFUSALS = ((UnknownProject, 404), (DuplicateJob, 409), (SubmitRefused, 400),
-             (InspectError, 400), (StoreError, 503))
-
-
-def refused(failure):
-    """An errback: the job core's refusals as ApiErrors; anything else
-    passes on (and is answered 500)."""
-    for kind, code in _REFUSALS:
-        if failure.check(kind):
-            error = failure.value
-            raise ApiError(code, getattr(error, "message", None) or str(error))
-    return failure
-
-
 class Api:
     """What the endpoints work with: the parts of the service they call."""
 
-    def __init__(self, projects, store, scheduler, launcher, reader, submitter):
+    def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
+                 max_per_spider=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
         self.launcher = launcher
         self.reader = reader
         self.submitter = submitter
+        self.timetable = timetable
+        # For saying why a pending job waits (listjobs.json).
+        self.max_per_spider = max_per_spider
 
     def project(self, params, key="project"):
         """The served Project named by ``key``; ApiError when it is not."""
@@ -80,12 +67,6 @@ class VersionCache:
         if version == self._version:
             self._answers[key] = answer
         return answer
-
-
-class ApiEndpoint(JsonEndpoint):
-    def __init__(self, api):
-        super().__init__()
-        self.api = api
 
 
 class DaemonStatus(ApiEndpoint):
@@ -124,29 +105,6 @@ class ListSpiders(ApiEndpoint):
         return d
 
 
-def _setting_pairs(params):
-    pairs = []
-    for text in params.all("setting"):
-        key, sep, value = text.partition("=")
-        if not sep or not key:
-            raise ApiError(400, f"setting {text!r} is not KEY=VALUE")
-        pairs.append((key, value))
-    return pairs
-
-
-def _priority(params):
-    text = params.get("priority")
-    if text is None or text == "":
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        raise ApiError(400, f"priority {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ApiError(400, f"priority {text!r} is not a finite number")
-    return value
-
-
 class Schedule(ApiEndpoint):
     methods = (b"POST",)
 
@@ -156,8 +114,8 @@ class Schedule(ApiEndpoint):
             project=project.name,
             spider=params.name("spider"),
             jobid=params.name("jobid", "job id", required=False),
-            priority=_priority(params),
-            settings=tuple(_setting_pairs(params)),
+            priority=params.priority(),
+            settings=tuple(params.settings()),
             arguments=tuple((k, v) for k, v in params.pairs if k not in SCHEDULE_PARAMETERS),
         )
         d = self.api.submitter.submit(job)
@@ -198,12 +156,18 @@ class ListJobs(ApiEndpoint):
         return self._cache.answer(key, lambda: self._build(project)).addErrback(refused)
 
     def _build(self, project):
-        return self.api.store.jobs(project).addCallback(lambda jobs: encode({
+        return self.api.store.jobs(project).addCallback(self._listing)
+
+    def _listing(self, jobs):
+        pending, running, finished = jobs
+        holding = RunningSet(running)
+        return encode({
             "node_name": NODE_NAME, "status": "ok",
-            "pending": [job_entry(r) for r in jobs[0]],
-            "running": [job_entry(r) for r in jobs[1]],
-            "finished": [job_entry(r) for r in reversed(jobs[2])],
-        }))
+            "pending": [job_entry(r, holding.waits_for(r, self.api.max_per_spider))
+                        for r in pending],
+            "running": [job_entry(r) for r in running],
+            "finished": [job_entry(r) for r in reversed(finished)],
+        })
 
 
 class JobStats(ApiEndpoint):
@@ -268,4 +232,5 @@ def endpoints(api):
         b"delproject.json": DelProject(api),
         b"addversion.json": NoDeploying(api),
         b"delversion.json": NoDeploying(api),
+        **schedule_endpoints(api),
     }

@@ -51,3 +51,11 @@ class JsonEndpoint(Resource):
             return write_error(request, failure.value.code, failure.value.message)
         log.failure("unexpected error answering {path}", failure, path=request.path)
         return write_error(request, 500, "internal error; see the service's log")
+
+
+class ApiEndpoint(JsonEndpoint):
+    """A JSON endpoint of the service's API: ``api`` holds the parts it calls."""
+
+    def __init__(self, api):
+        super().__init__()
+        self.api = api

@@ -20,6 +20,7 @@ from twisted.web.resource import Resource
 
 from .. import __version__
 from ..jobs.records import FINISHED, RUNNING
+from ..schedules.timetable import shown_times
 from .answer import write_error
 from .deferred import render_result
 from .views import items_url, log_url
@@ -186,7 +187,32 @@ def job_row(record, now):
     return f"<tr>\n{tds}</tr>\n"
 
 
-def jobs_html(pending_rows, running_rows, finished_rows):
+SCHEDULE_COLUMNS = ("Name", "Project", "Spider", "When", "Zone", "Next run", "Last run",
+                    "Last job", "Runs", "Skipped", "State")
+
+
+def schedule_row(record, zone):
+    """One schedule of the /jobs page's schedules table. Its ``<tr>`` has a
+    class and its cells share a line, so ScrapydWeb's reading of job rows
+    (a bare ``<tr>``, one cell a line) never takes it for a job."""
+    next_run, last_run = shown_times(record, zone)
+    state = "paused" if record.paused else (f"error: {record.error}" if record.error else "active")
+    cells = (record.name, record.project, record.spider, f"{record.kind}={record.rule}",
+             record.tz, next_run or "", last_run or "", record.last_job or "",
+             str(record.runs), str(record.skipped), state)
+    return ('<tr class="schedule">' + "".join(f"<td>{escape(c)}</td>" for c in cells)
+            + "</tr>\n")
+
+
+def schedules_html(rows):
+    if not rows:
+        return ""
+    head = "".join(f"<th>{name}</th>" for name in SCHEDULE_COLUMNS)
+    return (f'<h2>Schedules</h2>\n<table id="schedules">\n<thead><tr class="head">{head}'
+            f"</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n")
+
+
+def jobs_html(pending_rows, running_rows, finished_rows, schedule_rows=""):
     """The /jobs page from the rows of each section (markup)."""
     head = "".join(f"<th>{name}</th>" for name in COLUMNS)
     sections = "".join(
@@ -194,18 +220,20 @@ def jobs_html(pending_rows, running_rows, finished_rows):
         for title, rows in (("Pending", pending_rows), ("Running", running_rows),
                             ("Finished", finished_rows)))
     body = (f"<h1>Jobs</h1>\n<p>{link('/', 'Go up')}</p>\n"
-            f'<table id="jobs">\n<thead>\n<tr>{head}</tr>\n</thead>\n{sections}</table>\n')
+            f'<table id="jobs">\n<thead>\n<tr>{head}</tr>\n</thead>\n{sections}</table>\n'
+            f"{schedules_html(schedule_rows)}")
     return document("Jobs - netweir-serve", body)
 
 
 class Jobs(HtmlPage):
     """/jobs. Pending and finished rows don't change between changes of the
     job table, so they are kept per version of it; running rows carry a
-    runtime and are made on each request."""
+    runtime and are made on each request. Schedules follow the jobs."""
 
-    def __init__(self, store, clock=time.time):
+    def __init__(self, store, timetable=None, clock=time.time):
         super().__init__()
         self.store = store
+        self.timetable = timetable
         self.clock = clock
         self._version = None
         self._cached = None
@@ -216,22 +244,35 @@ class Jobs(HtmlPage):
     def _for_version(self, version):
         if version == self._version:
             return self._html(self._cached)
-        return self.store.jobs().addCallback(self._rows, version)
+        rows = self.store.jobs().addCallback(self._rows)
+        if self.timetable is not None:
+            rows.addCallback(self._with_schedules)
+        return rows.addCallback(self._keep, version)
 
-    def _rows(self, jobs, version):
+    def _rows(self, jobs):
         pending, running, finished = jobs
         now = self.clock()
-        self._cached = ("".join(job_row(r, now) for r in pending), running,
-                        "".join(job_row(r, now) for r in reversed(finished)))
-        self._version = version
-        return self._html(self._cached)
+        return ("".join(job_row(r, now) for r in pending), running,
+                "".join(job_row(r, now) for r in reversed(finished)), "")
+
+    def _with_schedules(self, cached):
+        def rows(records):
+            zone_of = self.timetable.zone_of
+            return cached[:3] + ("".join(schedule_row(r, zone_of(r)) for r in records),)
+
+        return self.timetable.schedules().addCallback(rows)
+
+    def _keep(self, cached, version):
+        self._cached, self._version = cached, version
+        return self._html(cached)
 
     def _html(self, cached):
-        pending_rows, running, finished_rows = cached
+        pending_rows, running, finished_rows, schedule_rows = cached
         now = self.clock()
-        return jobs_html(pending_rows, "".join(job_row(r, now) for r in running), finished_rows)
+        return jobs_html(pending_rows, "".join(job_row(r, now) for r in running), finished_rows,
+                         schedule_rows)
 
 
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
-    return {b"": Home(api.projects), b"jobs": Jobs(api.store)}
+    return {b"": Home(api.projects), b"jobs": Jobs(api.store, api.timetable)}

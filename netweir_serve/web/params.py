@@ -1,5 +1,6 @@
 """Reading an endpoint's parameters from the query string and a form body."""
 
+import math
 from urllib.parse import parse_qsl
 
 from ..names import name_problem
@@ -73,4 +74,27 @@ class Params:
         problem = name_problem(what or key, value)
         if problem:
             raise ApiError(400, f"parameter {key!r}: {problem}")
+        return value
+
+    def settings(self):
+        """The ``setting=KEY=VALUE`` parameters as ``(key, value)`` pairs."""
+        pairs = []
+        for text in self.all("setting"):
+            key, sep, value = text.partition("=")
+            if not sep or not key:
+                raise ApiError(400, f"setting {text!r} is not KEY=VALUE")
+            pairs.append((key, value))
+        return pairs
+
+    def priority(self):
+        """The ``priority`` parameter as a finite float (0 when absent)."""
+        text = self.get("priority")
+        if text is None or text == "":
+            return 0.0
+        try:
+            value = float(text)
+        except ValueError:
+            raise ApiError(400, f"priority {text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise ApiError(400, f"priority {text!r} is not a finite number")
         return value

@@ -3,6 +3,7 @@
 from datetime import datetime
 
 from ..jobs.records import FINISHED, PENDING, RUNNING
+from ..schedules.times import iso_time
 
 
 def format_time(seconds):
@@ -28,7 +29,22 @@ def _shown(key, value):
     return value
 
 
-def job_entry(record):
+def shown_settings(pairs):
+    return {k: _shown(k, v) for k, v in pairs}
+
+
+def job_entry(record, waits_for=None):
+    """One job of listjobs.json; ``waits_for`` says why a pending job may
+    not start yet (jobs.policies)."""
+    entry = _job_entry(record)
+    if record.schedule is not None:
+        entry["schedule"] = record.schedule
+    if waits_for is not None:
+        entry["waiting_for"] = waits_for
+    return entry
+
+
+def _job_entry(record):
     """One job of listjobs.json."""
     entry = {
         "id": record.id,
@@ -39,7 +55,7 @@ def job_entry(record):
     }
     if record.state == PENDING:
         entry["priority"] = record.priority
-        entry["settings"] = {k: _shown(k, v) for k, v in record.settings}
+        entry["settings"] = shown_settings(record.settings)
         entry["arguments"] = {k: v for k, v in record.arguments}
         entry["start_time"] = None
         entry["end_time"] = None
@@ -67,3 +83,29 @@ def stats_entry(record, running_stats):
         "exit_status": record.exit_status,
         "stats": stats,
     }
+
+
+def schedule_entry(record, zone):
+    """One schedule of listschedules.json (and the answer to each schedule
+    endpoint), its times in ISO 8601 in ``zone``."""
+    entry = {
+        "name": record.name,
+        "project": record.project,
+        "spider": record.spider,
+        record.kind: record.rule,
+        "tz": record.tz,
+        "overlap": record.overlap,
+        "misfire": record.misfire,
+        "settings": shown_settings(record.settings),
+        "arguments": dict(record.arguments),
+        "priority": record.priority,
+        "paused": record.paused,
+        "next_run": iso_time(record.next_due, zone),
+        "last_run": iso_time(record.last_due, zone),
+        "last_job": record.last_job,
+        "runs": record.runs,
+        "skipped": record.skipped,
+    }
+    if record.error is not None:
+        entry["error"] = record.error
+    return entry

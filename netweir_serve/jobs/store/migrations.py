@@ -51,6 +51,36 @@ SQLITE_MIGRATIONS = (
         "CREATE TABLE store_meta (version INTEGER NOT NULL)",
         "INSERT INTO store_meta (version) VALUES (0)",
     )),
+    Migration(3, "recurring schedules, and what a job must hold alone", (
+        "ALTER TABLE jobs ADD COLUMN schedule TEXT",
+        "ALTER TABLE jobs ADD COLUMN locks TEXT NOT NULL DEFAULT '[]'",
+        "CREATE INDEX jobs_schedule ON jobs (schedule, state)",
+        """CREATE TABLE schedules (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            key TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            project TEXT NOT NULL,
+            project_key TEXT NOT NULL,
+            spider TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            rule TEXT NOT NULL,
+            tz TEXT NOT NULL,
+            overlap TEXT NOT NULL,
+            misfire TEXT NOT NULL,
+            settings TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            priority REAL NOT NULL,
+            paused INTEGER NOT NULL DEFAULT 0,
+            anchor REAL NOT NULL,
+            next_due REAL,
+            last_due REAL,
+            last_job TEXT,
+            runs INTEGER NOT NULL DEFAULT 0,
+            skipped INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            created REAL NOT NULL
+        )""",
+    )),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

@@ -11,18 +11,22 @@ answered ``schedule.json`` survives a power cut.
 """
 
 import collections
-import json
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from ...names import fold
-from ..interfaces import IJobStore
+from ..interfaces import IJobStore, IScheduleStore
 from ..records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
+from ..policies import RunningSet
+from .columns import (
+    Column, dump_json, dump_list, dump_pairs, load_json, load_list, load_pairs, record_of,
+    select_list)
 from .migrations import migrate_sqlite
+from .sqlite_schedules import ScheduleTable
 
 log = Logger()
 
@@ -40,45 +44,17 @@ WRITE_PATIENCE = 60.0
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _identity(value):
-    return value
-
-
-def _dump_pairs(pairs):
-    return json.dumps(pairs)
-
-
-def _load_pairs(text):
-    return tuple(tuple(pair) for pair in json.loads(text))
-
-
-def _dump_json(value):
-    return json.dumps(value) if value is not None else None
-
-
-def _load_json(text):
-    return json.loads(text) if text else None
-
-
-@dataclass(frozen=True)
-class Column:
-    """A column of the jobs table named as the JobRecord field it holds."""
-
-    name: str
-    to_db: object = _identity
-    from_db: object = _identity
-
-
 # Each record field's column, declared once: the statements below are
 # derived from this. (``key`` and ``project_key``, the folded id and
 # project, are written beside them for lookups ignoring case.)
 COLUMNS = (
     Column("seq"), Column("id"), Column("project"), Column("spider"), Column("spider_file"),
-    Column("settings", _dump_pairs, _load_pairs), Column("arguments", _dump_pairs, _load_pairs),
+    Column("settings", dump_pairs, load_pairs), Column("arguments", dump_pairs, load_pairs),
     Column("priority"), Column("state"), Column("outcome"), Column("pid"),
     Column("exit_status"), Column("created"), Column("start_time"), Column("end_time"),
-    Column("stats", _dump_json, _load_json), Column("cancel_requested", int, bool),
-    Column("reason"), Column("node"),
+    Column("stats", dump_json, load_json), Column("cancel_requested", int, bool),
+    Column("reason"), Column("node"), Column("schedule"),
+    Column("locks", dump_list, load_list),
 )
 # Listings never show stats, the one large column: they neither read nor decode it.
 LISTED = tuple(c for c in COLUMNS if c.name != "stats")
@@ -86,11 +62,11 @@ _INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
 
 
 def _select(columns):
-    return ", ".join(c.name for c in columns)
+    return select_list(columns)
 
 
 def _record(columns, row):
-    return JobRecord(**{c.name: c.from_db(value) for c, value in zip(columns, row)})
+    return record_of(JobRecord, columns, row)
 
 
 def _is_busy(error):
@@ -107,8 +83,8 @@ class _Write:
         self.deferred = defer.Deferred()
 
 
-@implementer(IJobStore)
-class SQLiteJobStore:
+@implementer(IJobStore, IScheduleStore)
+class SQLiteJobStore(ScheduleTable):
     """IJobStore on the SQLite file ``path`` (or ``:memory:`` for tests).
 
     ``clock`` (IReactorTime) times the retries of locked writes. Raises
@@ -124,8 +100,8 @@ class SQLiteJobStore:
         self._db.execute("PRAGMA synchronous=FULL")
         migrate_sqlite(self._db)
         self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        # This process is the table's only writer (the directory lock sees
-        # to that), so the stored version, read once, is kept here after.
+        # The version as of this store's last write; version() reads the
+        # stored one, which other connections to the file move too.
         self._version = self._db.execute("SELECT version FROM store_meta").fetchone()[0]
         self._writes = collections.deque()
         self._retry = None
@@ -204,7 +180,10 @@ class SQLiteJobStore:
     # -- IJobStore -------------------------------------------------------------
 
     def version(self):
-        return defer.succeed(self._version)
+        # Read, not counted here: a change made through another connection
+        # to the file (a second store, a hand edit) moves it too.
+        return self._read(
+            lambda db: db.execute("SELECT version FROM store_meta").fetchone()[0])
 
     def add(self, record):
         values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
@@ -230,24 +209,41 @@ class SQLiteJobStore:
         row = db.execute(f"SELECT {_select(COLUMNS)} FROM jobs WHERE {where}", params).fetchone()
         return _record(COLUMNS, row) if row else None
 
-    def claim_next(self, node, projects, now):
+    def claim_next(self, node, projects, now, max_per_spider=None):
         keys = sorted({fold(p) for p in projects})
         if not keys:
             return defer.succeed(None)
         marks = ", ".join("?" for _ in keys)
 
         def claim(db):
-            # Inside BEGIN IMMEDIATE: nobody else writes between the two.
-            row = db.execute(
-                f"SELECT seq FROM jobs WHERE state = ? AND project_key IN ({marks})"
-                " ORDER BY priority DESC, seq LIMIT 1", (PENDING, *keys)).fetchone()
-            if row is None:
+            # Inside BEGIN IMMEDIATE: nobody else writes between the reads
+            # and the update.
+            running = RunningSet(_record(LISTED, row) for row in db.execute(
+                f"SELECT {_select(LISTED)} FROM jobs WHERE state = ?", (RUNNING,)))
+            candidates = db.execute(
+                f"SELECT {_select(LISTED)} FROM jobs WHERE state = ? AND project_key IN ({marks})"
+                " ORDER BY priority DESC, seq", (PENDING, *keys))
+            try:
+                chosen = next((record for record in (_record(LISTED, row) for row in candidates)
+                               if running.waits_for(record, max_per_spider) is None), None)
+            finally:
+                candidates.close()
+            if chosen is None:
                 return None
             db.execute("UPDATE jobs SET state = ?, node = ?, start_time = ? WHERE seq = ?",
-                       (RUNNING, node, now, row[0]))
-            return self._one(db, "seq = ?", (row[0],))
+                       (RUNNING, node, now, chosen.seq))
+            return self._one(db, "seq = ?", (chosen.seq,))
 
         return self._write(claim)
+
+    def schedule_jobs(self, name):
+        def count(db):
+            found = dict(db.execute(
+                "SELECT state, COUNT(*) FROM jobs WHERE schedule = ? AND state != ?"
+                " GROUP BY state", (name, FINISHED)).fetchall())
+            return found.get(PENDING, 0), found.get(RUNNING, 0)
+
+        return self._read(count)
 
     def mark_started(self, jobid, pid):
         def started(db):
@@ -266,7 +262,7 @@ class SQLiteJobStore:
             db.execute(
                 "UPDATE jobs SET state = ?, outcome = ?, end_time = ?, exit_status = ?,"
                 " stats = ?, reason = ? WHERE key = ?",
-                (FINISHED, outcome, end_time, exit_status, _dump_json(stats), reason,
+                (FINISHED, outcome, end_time, exit_status, dump_json(stats), reason,
                  fold(jobid)))
             return self._one(db, "key = ?", (fold(jobid),))
 
@@ -329,7 +325,7 @@ class SQLiteJobStore:
                 db.execute(
                     "UPDATE jobs SET state = ?, outcome = 'lost', end_time = ?, stats = ?,"
                     " reason = ? WHERE seq = ?",
-                    (FINISHED, end_time, _dump_json(stats), reason, record.seq))
+                    (FINISHED, end_time, dump_json(stats), reason, record.seq))
                 ended.append(replace(record, state=FINISHED, outcome="lost",
                                      end_time=end_time, stats=stats, reason=reason))
             return ended

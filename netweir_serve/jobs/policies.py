@@ -1,0 +1,76 @@
+"""Run policies: which pending job may start now, and why one waits.
+
+A job's ``locks`` are what it must hold alone while it runs: the data
+directory of a ``checkpoint``, ``deltafetch`` or ``cache`` setting (two
+crawls writing one would corrupt it), and, for the jobs of a schedule with
+``overlap=queue``, the schedule itself. A pending job waits while a running
+job holds any of its locks, or while its spider already has
+``max_per_spider`` running jobs; it holds no slot meanwhile, and the next
+job that may run takes the slot. The store's claim and the listings both
+ask this module, so what waits and what listjobs says agree.
+"""
+
+from ..names import fold
+from . import datapaths
+
+# The settings whose directory a crawl reads and rewrites as it goes; warc
+# and har are files a crawl only appends to, named per job by users.
+EXCLUSIVE_SETTINGS = ("checkpoint", "deltafetch", "cache")
+
+_PATH = "path"
+_SCHEDULE = "schedule"
+
+
+def path_locks(project, data_dir, settings):
+    """The locks of a job of ``project`` with ``settings`` (``(key, value)``
+    pairs, checked): one per exclusive path setting that names a directory."""
+    locks = []
+    for key, value in settings:
+        if key in EXCLUSIVE_SETTINGS and value is not None and not datapaths.means_none(value):
+            path = datapaths.resolve(data_dir, key, value)
+            locks.append(f"{_PATH}:{fold(project)}:{key}:{path}")
+    return tuple(sorted(set(locks)))
+
+
+def schedule_lock(name):
+    """The lock every job of an ``overlap=queue`` schedule holds."""
+    return f"{_SCHEDULE}:{fold(name)}"
+
+
+def _shown(lock):
+    kind, _, rest = lock.partition(":")
+    if kind == _SCHEDULE:
+        return f"schedule {rest}"
+    _project, _, rest = rest.partition(":")
+    key, _, path = rest.partition(":")
+    return f"{key} {path}"
+
+
+class RunningSet:
+    """What the running jobs hold: their locks, and how many run per spider."""
+
+    def __init__(self, running=()):
+        self._holders = {}
+        self._per_spider = {}
+        for record in running:
+            self.add(record)
+
+    def add(self, record):
+        for lock in record.locks:
+            self._holders.setdefault(lock, record.id)
+        spider = (fold(record.project), record.spider)
+        self._per_spider[spider] = self._per_spider.get(spider, 0) + 1
+
+    def waits_for(self, record, max_per_spider=None):
+        """Why ``record`` (pending) may not start now, as a sentence for
+        listjobs.json, or None when it may."""
+        for lock in record.locks:
+            holder = self._holders.get(lock)
+            if holder is not None:
+                return f"{_shown(lock)} is in use by job {holder}"
+        if max_per_spider is not None:
+            running = self._per_spider.get((fold(record.project), record.spider), 0)
+            if running >= max_per_spider:
+                return (f"spider {record.project}/{record.spider} has {running} running"
+                        f" job(s), the most --max-jobs-per-spider allows")
+        return None

@@ -1,0 +1,93 @@
+"""The recurring schedules' table, beside the jobs in the same SQLite file.
+
+A mixin of SQLiteJobStore: it uses that class's write queue and reads, so
+schedules and jobs share one file, one order of writes and one version.
+"""
+
+import sqlite3
+
+from ...names import fold
+from ...schedules.records import DuplicateSchedule, ScheduleRecord
+from .columns import Column, dump_pairs, load_pairs, record_of, select_list
+
+
+_COLUMNS = (
+    Column("seq"), Column("name"), Column("project"), Column("spider"), Column("kind"),
+    Column("rule"), Column("tz"), Column("overlap"), Column("misfire"),
+    Column("settings", dump_pairs, load_pairs), Column("arguments", dump_pairs, load_pairs),
+    Column("priority"), Column("paused", int, bool), Column("anchor"), Column("next_due"),
+    Column("last_due"), Column("last_job"), Column("runs"), Column("skipped"),
+    Column("error"), Column("created"),
+)
+_INSERTED = tuple(c for c in _COLUMNS if c.name != "seq")
+_SELECT = select_list(_COLUMNS)
+# What update_schedule may set; runs and skipped only grow.
+_SETTABLE = {c.name: c for c in _COLUMNS
+             if c.name in ("paused", "next_due", "last_due", "last_job", "error")}
+
+
+def _schedule(row):
+    return record_of(ScheduleRecord, _COLUMNS, row)
+
+
+def _one(db, name):
+    row = db.execute(f"SELECT {_SELECT} FROM schedules WHERE key = ?", (fold(name),)).fetchone()
+    return _schedule(row) if row else None
+
+
+class ScheduleTable:
+    """IScheduleStore's methods, for SQLiteJobStore."""
+
+    def add_schedule(self, record):
+        values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
+        marks = ", ".join("?" for _ in _INSERTED)
+
+        def insert(db):
+            try:
+                db.execute(
+                    f"INSERT INTO schedules (key, project_key, {select_list(_INSERTED)})"
+                    f" VALUES (?, ?, {marks})",
+                    (fold(record.name), fold(record.project)) + values)
+            except sqlite3.IntegrityError:
+                raise DuplicateSchedule(record.name) from None
+            return _one(db, record.name)
+
+        return self._write(insert)
+
+    def get_schedule(self, name):
+        return self._read(lambda db: _one(db, name))
+
+    def schedules(self, project=None):
+        def listing(db):
+            if project is None:
+                rows = db.execute(f"SELECT {_SELECT} FROM schedules ORDER BY seq")
+            else:
+                rows = db.execute(f"SELECT {_SELECT} FROM schedules WHERE project_key = ?"
+                                  " ORDER BY seq", (fold(project),))
+            return [_schedule(row) for row in rows]
+
+        return self._read(listing)
+
+    def update_schedule(self, name, runs_added=0, skipped_added=0, **changes):
+        unknown = set(changes) - set(_SETTABLE)
+        if unknown:
+            raise TypeError(f"not a settable schedule field: {', '.join(sorted(unknown))}")
+        assignments = [f"{key} = ?" for key in changes] + [
+            "runs = runs + ?", "skipped = skipped + ?"]
+        values = [_SETTABLE[key].to_db(value) for key, value in changes.items()]
+
+        def update(db):
+            db.execute(f"UPDATE schedules SET {', '.join(assignments)} WHERE key = ?",
+                       (*values, int(runs_added), int(skipped_added), fold(name)))
+            return _one(db, name)
+
+        return self._write(update)
+
+    def delete_schedule(self, name):
+        def delete(db):
+            found = _one(db, name)
+            if found is not None:
+                db.execute("DELETE FROM schedules WHERE key = ?", (fold(name),))
+            return found
+
+        return self._write(delete)

@@ -1,0 +1,347 @@
+"""Recurring schedules: the use cases (add, pause, resume, delete) and the
+one timer that fires them.
+
+The timer is a single ``callLater`` on the injected clock, set for the
+earliest due schedule and set again after every change: no timer per
+schedule and no polling loop, so a thousand idle schedules cost nothing
+between their due times. A firing queues its job through the job core's
+JobSubmitter exactly as schedule.json would (the spider is checked again:
+it may have changed), with the id ``NAME-YYYYMMDDTHHMMSSZ`` of its due time,
+so that whatever happens twice (a restart, a retried write, another node)
+the store's duplicate check lets one job through. Every firing is written
+to the schedule's row before the next one is considered, so counts and the
+next due time survive a restart or a ``kill -9``.
+"""
+
+import math
+import secrets
+from dataclasses import dataclass
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..jobs import policies
+from ..jobs.records import DuplicateJob
+from ..jobs.submit import JobRequest, SubmitRefused
+from ..names import MAX_NAME_LENGTH, fold, name_problem
+from . import times
+from .records import DuplicateSchedule, ScheduleRecord
+
+# A schedule's jobs are named NAME-YYYYMMDDTHHMMSSZ: 17 more characters,
+# which must still pass the name rule.
+MAX_SCHEDULE_NAME = MAX_NAME_LENGTH - len("-20260101T000000Z")
+
+# After a firing that failed for want of the job table (locked, full), the
+# schedule is tried again this much later rather than at once.
+RETRY_SECONDS = 5.0
+
+
+class ScheduleRefused(Exception):
+    """A schedule request that cannot be met; ``message`` says why."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+class UnknownSchedule(ScheduleRefused):
+    """No schedule of that name in that project."""
+
+
+@dataclass(frozen=True)
+class ScheduleRequest:
+    """addschedule.json's parameters, as given (None where absent)."""
+
+    project: str
+    spider: str
+    cron: str = None
+    every: str = None
+    tz: str = None
+    name: str = None
+    overlap: str = None
+    misfire: str = None
+    settings: tuple = ()
+    arguments: tuple = ()
+    priority: float = 0.0
+
+
+def rule_of_record(record, environ=None):
+    """The times.Rule a stored schedule fires by."""
+    if record.kind == "cron":
+        return times.rule_of(cron=record.rule, tz=record.tz, environ=environ)
+    return times.rule_of(every=record.rule, tz=record.tz, environ=environ)
+
+
+class Timetable:
+    """The service's recurring schedules.
+
+    ``store`` provides IScheduleStore and IJobStore (schedule_jobs, get);
+    ``submitter`` is the JobSubmitter; ``clock`` an IReactorTime; ``environ``
+    is where the local zone's name is found. ``on_change(record)`` is called
+    after a schedule is added, changed by a firing, paused, resumed or
+    deleted (for the dashboard's events)."""
+
+    log = Logger()
+
+    def __init__(self, store, submitter, clock, environ=None, on_change=None):
+        self._store = store
+        self._submitter = submitter
+        self._clock = clock
+        self._environ = environ
+        self._on_change = on_change or (lambda record: None)
+        self._schedules = {}
+        self._rules = {}
+        self._firing = set()
+        self._retry_at = {}
+        self._timer = None
+        self._running = False
+
+    # -- starting and stopping -------------------------------------------------
+
+    @defer.inlineCallbacks
+    def start(self):
+        """Loads the schedules and settles what came due while the service
+        was down (misfire=once: one job for all the runs missed; skip:
+        none), then sets the timer. Fires when that is done."""
+        for record in (yield self._store.schedules()):
+            self._remember(record)
+        self._running = True
+        now = self._clock.seconds()
+        for key, record in list(self._schedules.items()):
+            if not record.paused and key in self._rules:
+                yield self._fire(record, now, times.catch_up)
+        self._arm()
+
+    def stop(self):
+        self._running = False
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _remember(self, record):
+        key = fold(record.name)
+        self._schedules[key] = record
+        try:
+            self._rules[key] = rule_of_record(record, self._environ)
+        except times.RuleError as e:
+            # A zone taken out of the system's tzdata since, say.
+            self._rules.pop(key, None)
+            self.log.error("schedule {name} cannot fire: {why}", name=record.name, why=e)
+
+    def _forget(self, record):
+        key = fold(record.name)
+        self._schedules.pop(key, None)
+        self._rules.pop(key, None)
+        self._retry_at.pop(key, None)
+
+    # -- the one timer ---------------------------------------------------------
+
+    def _wake_time(self, key, record):
+        if record.paused or key in self._firing or key not in self._rules:
+            return None
+        if record.next_due is None:
+            return None
+        return max(record.next_due, self._retry_at.get(key, record.next_due))
+
+    def _arm(self):
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        if not self._running:
+            return
+        wakes = [w for w in (self._wake_time(k, r) for k, r in self._schedules.items())
+                 if w is not None]
+        if wakes:
+            delay = max(0.0, min(wakes) - self._clock.seconds())
+            self._timer = self._clock.callLater(delay, self._wake)
+
+    def _wake(self):
+        self._timer = None
+        now = self._clock.seconds()
+        for key, record in list(self._schedules.items()):
+            wake = self._wake_time(key, record)
+            if wake is not None and wake <= now:
+                self._fire(record, now, times.due_now)
+        self._arm()
+
+    def next_wake(self):
+        """When the timer fires next (epoch seconds), or None: for tests and
+        the benchmark, which check that one timer serves every schedule."""
+        return self._timer.getTime() if self._timer is not None else None
+
+    # -- firing ----------------------------------------------------------------
+
+    def _fire(self, record, now, decide):
+        key = fold(record.name)
+        self._firing.add(key)
+        fired = self._settle(record, now, decide)
+
+        def failed(failure):
+            self._retry_at[key] = self._clock.seconds() + RETRY_SECONDS
+            self.log.failure("schedule {name}: its firing failed; trying again in {s:g} s",
+                             failure, name=record.name, s=RETRY_SECONDS)
+
+        def done(_):
+            self._firing.discard(key)
+            self._arm()
+
+        fired.addCallbacks(lambda _: self._retry_at.pop(key, None), failed)
+        fired.addBoth(done)
+        return fired
+
+    @defer.inlineCallbacks
+    def _settle(self, record, now, decide):
+        rule = self._rules[fold(record.name)]
+        due, next_due = decide(rule, record.anchor, record.next_due, record.last_due, now,
+                               record.misfire)
+        if due is None:
+            if next_due != record.next_due:
+                yield self._update(record, next_due=next_due)
+            return
+        changes = yield self._queue(record, due)
+        yield self._update(record, next_due=next_due, last_due=due, **changes)
+
+    @defer.inlineCallbacks
+    def _queue(self, record, due):
+        """Queues the job of ``record`` for ``due``; the schedule's changes."""
+        jobid = times.job_id_for(record.name, due)
+        existing = yield self._store.get(jobid)
+        if existing is not None:
+            # Queued before a restart (or by another node): not again, and
+            # counted once.
+            if record.last_job == jobid:
+                return {}
+            return {"runs_added": 1, "last_job": jobid, "error": None}
+        pending, running = yield self._store.schedule_jobs(record.name)
+        if (record.overlap == "skip" and pending + running) or (
+                record.overlap == "queue" and pending):
+            self.log.info("schedule {name}: skipped the run due {due}, its last job is"
+                          " still {state}", name=record.name, due=jobid,
+                          state="pending" if pending else "running")
+            return {"skipped_added": 1}
+        request = JobRequest(
+            project=record.project, spider=record.spider, settings=record.settings,
+            arguments=record.arguments, jobid=jobid, priority=record.priority,
+            schedule=record.name,
+            schedule_locks=(policies.schedule_lock(record.name),)
+            if record.overlap == "queue" else ())
+        try:
+            job = yield self._submitter.submit(request)
+        except DuplicateJob:
+            return {"runs_added": 1, "last_job": jobid, "error": None}
+        except SubmitRefused as e:
+            self.log.warn("schedule {name}: queued no job for {due}: {why}",
+                          name=record.name, due=jobid, why=e.message)
+            return {"error": e.message}
+        self.log.info("schedule {name} queued job {jobid}", name=record.name, jobid=job.id)
+        return {"runs_added": 1, "last_job": job.id, "error": None}
+
+    @defer.inlineCallbacks
+    def _update(self, record, **changes):
+        updated = yield self._store.update_schedule(record.name, **changes)
+        if updated is not None and fold(updated.name) in self._schedules:
+            self._schedules[fold(updated.name)] = updated
+            self._on_change(updated)
+        return updated
+
+    # -- the use cases -----------------------------------------------------------
+
+    def schedules(self, project=None):
+        """Deferred list of ScheduleRecords, oldest first."""
+        return self._store.schedules(project)
+
+    def zone_of(self, record):
+        """The tzinfo a schedule's times are shown in."""
+        rule = self._rules.get(fold(record.name))
+        return rule.zone if rule is not None else times.parse_zone("UTC")[1]
+
+    @defer.inlineCallbacks
+    def add(self, request):
+        """Checks ``request`` as schedule.json checks a job and stores the
+        schedule. Fires with the ScheduleRecord; fails with ScheduleRefused,
+        DuplicateSchedule, SubmitRefused (project, spider, settings,
+        arguments) or StoreError."""
+        project = self._submitter.project(request.project)
+        name = request.name or secrets.token_hex(8)
+        problem = name_problem("schedule name", name)
+        if problem is None and len(name) > MAX_SCHEDULE_NAME:
+            problem = (f"schedule name is longer than {MAX_SCHEDULE_NAME} characters"
+                       " (its jobs' ids add the due time to it)")
+        if problem:
+            raise ScheduleRefused(f"parameter 'name': {problem}")
+        try:
+            rule = times.rule_of(cron=request.cron, every=request.every, tz=request.tz,
+                                 environ=self._environ)
+            overlap = times.parse_policy("overlap", request.overlap or "skip")
+            misfire = times.parse_policy("misfire", request.misfire or "once")
+        except times.RuleError as e:
+            raise ScheduleRefused(str(e)) from None
+        if (yield self._store.get_schedule(name)) is not None:
+            raise DuplicateSchedule(name)
+        checked = yield self._submitter.check(JobRequest(
+            project=project.name, spider=request.spider, settings=tuple(request.settings),
+            arguments=tuple(request.arguments), priority=request.priority))
+        anchor = float(math.floor(self._clock.seconds()))
+        record = yield self._store.add_schedule(ScheduleRecord(
+            name=name, project=project.name, spider=checked.spider, kind=rule.kind,
+            rule=rule.text, tz=rule.zone_name, overlap=overlap, misfire=misfire,
+            settings=tuple(request.settings), arguments=tuple(request.arguments),
+            priority=float(request.priority), anchor=anchor, next_due=rule.first_due(anchor),
+            created=self._clock.seconds()))
+        self._remember(record)
+        self.log.info("schedule {name} added: {project}/{spider} {kind}={rule} ({tz})",
+                      name=record.name, project=record.project, spider=record.spider,
+                      kind=record.kind, rule=record.rule, tz=record.tz)
+        self._arm()
+        self._on_change(record)
+        return record
+
+    @defer.inlineCallbacks
+    def _own(self, project, name):
+        record = yield self._store.get_schedule(name)
+        if record is None or fold(record.project) != fold(project):
+            raise UnknownSchedule(f"no schedule {name!r} in project {project!r}")
+        return record
+
+    @defer.inlineCallbacks
+    def delete(self, project, name):
+        """Forgets schedule ``name`` of ``project``; jobs it queued stay as
+        they are. Fires with the record it had; UnknownSchedule if none."""
+        record = yield self._own(project, name)
+        yield self._store.delete_schedule(record.name)
+        self._forget(record)
+        self._arm()
+        self.log.info("schedule {name} deleted", name=record.name)
+        self._on_change(record)
+        return record
+
+    @defer.inlineCallbacks
+    def pause(self, project, name):
+        """Stops schedule ``name`` firing until resumed; fires with the record."""
+        record = yield self._own(project, name)
+        if record.paused:
+            return record
+        updated = yield self._update(record, paused=True)
+        self._arm()
+        return updated
+
+    @defer.inlineCallbacks
+    def resume(self, project, name):
+        """Fires schedule ``name`` again from its next due time after now
+        (the runs due while it was paused are not made up for)."""
+        record = yield self._own(project, name)
+        if not record.paused:
+            return record
+        rule = self._rules.get(fold(record.name))
+        next_due = record.next_due
+        if rule is not None:
+            next_due = rule.next_after(self._clock.seconds(), record.anchor)
+        updated = yield self._update(record, paused=False, next_due=next_due)
+        self._arm()
+        return updated
+
+
+def shown_times(record, zone):
+    """``(next_run, last_run)`` of ``record`` in ISO 8601 in ``zone``."""
+    return times.iso_time(record.next_due, zone), times.iso_time(record.last_due, zone)
+

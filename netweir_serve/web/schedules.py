@@ -1,0 +1,82 @@
+"""The recurring schedules' endpoints: add, list, delete, pause, resume."""
+
+from ..schedules.timetable import ScheduleRequest
+from .endpoint import ApiEndpoint
+from .params import ApiError
+from .refusals import refused
+from .views import schedule_entry
+
+# Parameters of addschedule.json that are not spider arguments: a spider
+# argument of a schedule cannot take one of these names.
+ADDSCHEDULE_PARAMETERS = ("project", "spider", "setting", "priority", "cron", "every", "tz",
+                          "name", "overlap", "misfire", "jobid", "_version")
+
+
+class AddSchedule(ApiEndpoint):
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = self.api.project(params)
+        if params.get("jobid") is not None:
+            raise ApiError(400, "addschedule.json takes no jobid: a schedule's jobs are"
+                                " named NAME-YYYYMMDDTHHMMSSZ after their due time")
+        wanted = ScheduleRequest(
+            project=project.name,
+            spider=params.name("spider"),
+            cron=params.get("cron"),
+            every=params.get("every"),
+            tz=params.get("tz"),
+            name=params.get("name"),
+            overlap=params.get("overlap"),
+            misfire=params.get("misfire"),
+            settings=tuple(params.settings()),
+            arguments=tuple((k, v) for k, v in params.pairs if k not in ADDSCHEDULE_PARAMETERS),
+            priority=params.priority(),
+        )
+        added = self.api.timetable.add(wanted)
+        return added.addCallbacks(self._entry, refused)
+
+    def _entry(self, record):
+        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+class ListSchedules(ApiEndpoint):
+    def answer(self, params, request):
+        project = params.name("project", required=False)
+        listed = self.api.timetable.schedules(project)
+        return listed.addCallbacks(self._entries, refused)
+
+    def _entries(self, records):
+        zone_of = self.api.timetable.zone_of
+        return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
+
+
+class ScheduleAction(ApiEndpoint):
+    """delschedule.json, pauseschedule.json, resumeschedule.json: ``project``
+    and ``name``, as cancel.json takes ``project`` and ``job``."""
+
+    methods = (b"POST",)
+
+    def __init__(self, api, action):
+        super().__init__(api)
+        self.action = action
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        done = getattr(self.api.timetable, self.action)(project, name)
+        return done.addCallbacks(self._entry, refused)
+
+    def _entry(self, record):
+        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+def schedule_endpoints(api):
+    """{path segment: resource} of the schedules' endpoints."""
+    return {
+        b"addschedule.json": AddSchedule(api),
+        b"listschedules.json": ListSchedules(api),
+        b"delschedule.json": ScheduleAction(api, "delete"),
+        b"pauseschedule.json": ScheduleAction(api, "pause"),
+        b"resumeschedule.json": ScheduleAction(api, "resume"),
+    }
