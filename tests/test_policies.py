@@ -1,0 +1,66 @@
+"""Run policies: jobs sharing a data directory never run at once, and
+--max-jobs-per-spider, as the store's claim and listjobs see them."""
+
+import os
+
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+
+from netweir_serve.jobs import policies
+from netweir_serve.jobs.records import JobRecord
+from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+
+
+def job(jobid, spider="books", locks=(), priority=0.0, project="shop"):
+    return JobRecord(id=jobid, project=project, spider=spider, spider_file="/p.py",
+                     priority=priority, locks=tuple(locks))
+
+
+class LockTests(unittest.TestCase):
+    def test_exclusive_path_settings_lock_their_resolved_directory(self):
+        data = os.path.abspath(self.mktemp())
+        a = policies.path_locks("Shop", data, [("checkpoint", "books"), ("max_items", "5")])
+        b = policies.path_locks("shop", data, [("checkpoint", "./books/")])
+        self.assertEqual(a, b)
+        self.assertEqual(len(a), 1)
+        self.assertEqual(policies.path_locks("shop", data, [("checkpoint", "None"),
+                                                            ("warc", "a.warc")]), ())
+        self.assertNotEqual(policies.path_locks("other", data, [("checkpoint", "books")]), a)
+
+    def test_why_a_job_waits(self):
+        data = os.path.abspath(self.mktemp())
+        lock = policies.path_locks("shop", data, [("cache", "c")])
+        held = policies.RunningSet([job("first", locks=lock)])
+        self.assertIn("cache", held.waits_for(job("second", locks=lock)))
+        self.assertIn("job first", held.waits_for(job("second", locks=lock)))
+        self.assertIsNone(held.waits_for(job("free")))
+        self.assertIn("--max-jobs-per-spider", held.waits_for(job("third"), max_per_spider=1))
+        self.assertIsNone(held.waits_for(job("other", spider="news"), max_per_spider=1))
+        queued = policies.RunningSet([job("s-1", locks=(policies.schedule_lock("Nightly"),))])
+        self.assertIn("schedule nightly",
+                      queued.waits_for(job("s-2", locks=(policies.schedule_lock("nightly"),))))
+
+
+class ClaimTests(unittest.TestCase):
+    def setUp(self):
+        self.store = SQLiteJobStore(":memory:", Clock())
+
+    def claim(self, max_per_spider=None):
+        record = self.successResultOf(
+            self.store.claim_next("n", ["shop"], 1.0, max_per_spider))
+        return record.id if record else None
+
+    def test_a_job_waits_for_its_lock_without_holding_back_the_next(self):
+        for record in (job("a", locks=("path:x",)), job("b", locks=("path:x",), priority=5),
+                       job("c")):
+            self.successResultOf(self.store.add(record))
+        self.assertEqual([self.claim(), self.claim(), self.claim()], ["b", "c", None])
+        self.successResultOf(self.store.mark_finished("b", "finished", 2.0))
+        self.assertEqual(self.claim(), "a")
+
+    def test_max_per_spider_gives_the_slot_to_the_next_that_may_run(self):
+        for record in (job("a"), job("b"), job("n1", spider="news"), job("c")):
+            self.successResultOf(self.store.add(record))
+        self.assertEqual([self.claim(1), self.claim(1), self.claim(1)], ["a", "n1", None])
+        self.successResultOf(self.store.mark_finished("a", "finished", 2.0))
+        self.assertEqual([self.claim(2), self.claim(2), self.claim(2)], ["b", "c", None])
