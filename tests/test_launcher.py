@@ -11,13 +11,15 @@ from zope.interface.verify import verifyClass
 
 from netweir_serve.jobs.events import ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.files import job_files
-from netweir_serve.jobs.interfaces import ILauncher, IJobStore, IPoller, IScheduler
+from netweir_serve.jobs.interfaces import (
+    IJobStore, ILauncher, IPoller, IScheduler, IScheduleStore, ISpiderReader)
 from netweir_serve.jobs.launcher import Launcher, job_environment
 from netweir_serve.jobs.poller import Poller
 from netweir_serve.jobs.records import StoreError
 from netweir_serve.jobs.scheduler import Scheduler
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
+from netweir_serve.spiders.reader import SpiderReader
 
 from .fakes import FakeProcessReactor, SignalLog
 
@@ -30,6 +32,8 @@ class InterfaceTests(unittest.TestCase):
         self.assertTrue(verifyClass(IScheduler, Scheduler))
         self.assertTrue(verifyClass(IPoller, Poller))
         self.assertTrue(verifyClass(ILauncher, Launcher))
+        self.assertTrue(verifyClass(IScheduleStore, SQLiteJobStore))
+        self.assertTrue(verifyClass(ISpiderReader, SpiderReader))
 
 
 class Rig:
