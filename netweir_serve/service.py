@@ -87,8 +87,11 @@ class ServeService(service.Service):
     def _settle_then_start(self):
         config = self.config
         try:
+            # A table of this service's alone: its running jobs are all stale,
+            # whatever host name claimed them (the host may have been renamed).
+            node = config.node if getattr(self.store, "shared", True) else None
             lost = yield self.store.recover(
-                config.node, self.reactor.seconds(),
+                node, self.reactor.seconds(),
                 lambda r: read_stats(files_of(config.directory, r).stats))
         except Exception:
             log.failure("could not settle the jobs the last run left running")

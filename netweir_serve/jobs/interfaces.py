@@ -69,7 +69,8 @@ class IJobStore(Interface):
     def recover(node, end_time, stats_of):
         """At start: every job still marked running on ``node`` is ended as
         lost, with the stats ``stats_of(record)`` returns. Jobs of other
-        nodes are left alone. Fires with the ended records."""
+        nodes are left alone; ``node`` None means every node's (a table no
+        other service shares). Fires with the ended records."""
 
     def prune(keep):
         """Forgets the oldest finished jobs past ``keep``; fires with their records."""

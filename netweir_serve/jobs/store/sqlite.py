@@ -77,10 +77,10 @@ def _is_busy(error):
 
 
 class _Write:
-    def __init__(self, work, deadline):
+    def __init__(self, work, deadline, cancelled):
         self.work = work
         self.deadline = deadline
-        self.deferred = defer.Deferred()
+        self.deferred = defer.Deferred(lambda _: cancelled(self))
 
 
 @implementer(IJobStore, IScheduleStore)
@@ -114,7 +114,7 @@ class SQLiteJobStore(ScheduleTable):
     def _write(self, work):
         """Runs ``work(db)`` in a write transaction; Deferred of its result.
         Writes are made in the order they were asked for."""
-        write = _Write(work, self._clock.seconds() + self._patience)
+        write = _Write(work, self._clock.seconds() + self._patience, self._cancelled)
         if self._closed:
             write.deferred.errback(StoreError("the job table is closed"))
             return write.deferred
@@ -122,6 +122,12 @@ class SQLiteJobStore(ScheduleTable):
         if not self._draining and self._retry is None:
             self._drain()
         return write.deferred
+
+    def _cancelled(self, write):
+        # Cancelled while it waits for a lock (the requester went away, and
+        # undoes what it prepared): it is never made.
+        if write in self._writes:
+            self._writes.remove(write)
 
     def _drain(self):
         self._retry = None
@@ -314,9 +320,10 @@ class SQLiteJobStore(ScheduleTable):
         def lost(db):
             # A job claimed before nodes were recorded (node NULL) was ours:
             # an SQLite table has only ever had one service.
+            where = "" if node is None else " AND (node = ? OR node IS NULL)"
             rows = db.execute(
-                f"SELECT {_select(COLUMNS)} FROM jobs WHERE state = ?"
-                " AND (node = ? OR node IS NULL) ORDER BY seq", (RUNNING, node)).fetchall()
+                f"SELECT {_select(COLUMNS)} FROM jobs WHERE state = ?{where} ORDER BY seq",
+                (RUNNING,) + (() if node is None else (node,))).fetchall()
             ended = []
             for record in (_record(COLUMNS, row) for row in rows):
                 reason = ("the service stopped while the job ran" if record.pid is not None
