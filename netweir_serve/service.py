@@ -89,7 +89,7 @@ class ServeService(service.Service):
         try:
             # A table of this service's alone: its running jobs are all stale,
             # whatever host name claimed them (the host may have been renamed).
-            node = config.node if getattr(self.store, "shared", True) else None
+            node = config.node if self.store.shared else None
             lost = yield self.store.recover(
                 node, self.reactor.seconds(),
                 lambda r: read_stats(files_of(config.directory, r).stats))

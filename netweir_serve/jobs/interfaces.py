@@ -7,7 +7,7 @@ the launcher runs each claimed job as a process and records how it ended.
 The web layer talks to these, never to SQLite or to processes directly.
 """
 
-from zope.interface import Interface
+from zope.interface import Attribute, Interface
 
 
 class IJobStore(Interface):
@@ -18,6 +18,11 @@ class IJobStore(Interface):
     Records are immutable values (JobRecord); every change is one
     transaction and moves ``version`` on. A write the backend cannot make
     fails with StoreError."""
+
+    shared = Attribute(
+        "Whether other services (nodes) use this table too. A table that is"
+        " not shared is settled whole at start: every job it shows running is"
+        " stale, whatever node name claimed it.")
 
     def version():
         """An int that changes whenever any job changes (added, claimed,

@@ -185,6 +185,10 @@ class SQLiteJobStore(ScheduleTable):
 
     # -- IJobStore -------------------------------------------------------------
 
+    # Only one service at a time uses an SQLite table (the directory lock):
+    # whatever it shows running at start, under any node name, is stale.
+    shared = False
+
     def version(self):
         # Read, not counted here: a change made through another connection
         # to the file (a second store, a hand edit) moves it too.
