@@ -1,0 +1,581 @@
+"""What every IJobStore backend must do, checked through the interface alone.
+
+``JobStoreContract`` is a mixin: a backend's test case mixes it with
+``unittest.TestCase`` and says how to open a fresh, empty store
+(``make_store``) and a second store on the same database
+(``make_second_store``, for the claimers that race). Every test works
+through Deferreds, so a backend that answers later (PostgreSQL) runs the
+same tests as one that answers at once (SQLite). Nothing here looks at how
+a backend keeps its data.
+"""
+
+import os
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+from zope.interface.verify import verifyObject
+
+from netweir_serve.jobs.interfaces import IJobStore
+from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
+from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+
+NODE_A, NODE_B = "node-a", "node-b"
+
+
+def record(jobid, project="shop", priority=0.0, created=0.0, spider="books"):
+    return JobRecord(id=jobid, project=project, spider=spider, spider_file="/p/books.py",
+                     settings=(("max_items", "5"), ("checkpoint", "ck")),
+                     arguments=(("category", "x"),), priority=priority, created=created)
+
+
+def ids(records):
+    return [r.id for r in records]
+
+
+class JobStoreContract:
+    """The behaviour of IJobStore. Subclasses define ``make_store()`` and
+    ``make_second_store()``; either may return the store or a Deferred of
+    it. Stores they return are closed after each test."""
+
+    def make_store(self):
+        raise NotImplementedError
+
+    def make_second_store(self):
+        raise NotImplementedError
+
+    @defer.inlineCallbacks
+    def setUp(self):
+        self.store = yield self.open(self.make_store)
+
+    @defer.inlineCallbacks
+    def open(self, make):
+        store = yield defer.maybeDeferred(make)
+        self.addCleanup(self.close_store, store)
+        return store
+
+    def close_store(self, store):
+        """Closes ``store`` once (a test may close it before its cleanup)."""
+        closed = self.__dict__.setdefault("_closed_stores", [])
+        if any(store is other for other in closed):
+            return None
+        closed.append(store)
+        return store.close()
+
+    @defer.inlineCallbacks
+    def add_all(self, *records, store=None):
+        store = store or self.store
+        added = []
+        for r in records:
+            added.append((yield store.add(r)))
+        return added
+
+    @defer.inlineCallbacks
+    def claim_all(self, node, projects, now=1.0, store=None):
+        """Claims until nothing is left; the ids in the order claimed."""
+        store = store or self.store
+        claimed = []
+        while True:
+            r = yield store.claim_next(node, projects, now)
+            if r is None:
+                return claimed
+            claimed.append(r.id)
+            now += 1.0
+
+    @defer.inlineCallbacks
+    def finish(self, jobid, end_time, outcome="finished", node=NODE_A, **fields):
+        """Claims, starts and ends ``jobid`` (it must be next in its project)."""
+        claimed = yield self.store.claim_next(node, ["shop", "news"], end_time - 1)
+        self.assertEqual(claimed.id, jobid)
+        yield self.store.mark_started(jobid, 100)
+        done = yield self.store.mark_finished(jobid, outcome, end_time, **fields)
+        return done
+
+    # -- the interface ---------------------------------------------------------
+
+    def test_provides_the_interface(self):
+        self.assertTrue(verifyObject(IJobStore, self.store))
+
+    # -- adding and reading ----------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_add_and_get_ignore_case(self):
+        added = yield self.store.add(record("Job1", project="Shop", priority=2.5, created=7.0))
+        self.assertEqual((added.id, added.state, added.project), ("Job1", "pending", "Shop"))
+        for asked in ("Job1", "JOB1", "job1"):
+            found = yield self.store.get(asked)
+            self.assertEqual(found.id, "Job1")
+            self.assertEqual(found.project, "Shop")
+            self.assertEqual(found.spider, "books")
+            self.assertEqual(found.spider_file, "/p/books.py")
+            self.assertEqual(found.state, "pending")
+            self.assertEqual(found.settings, (("max_items", "5"), ("checkpoint", "ck")))
+            self.assertEqual(found.arguments, (("category", "x"),))
+            self.assertEqual((found.priority, found.created), (2.5, 7.0))
+            self.assertEqual((found.outcome, found.pid, found.node, found.start_time,
+                              found.end_time, found.stats, found.cancel_requested),
+                             (None, None, None, None, None, None, False))
+        self.assertIsNone((yield self.store.get("job2")))
+
+    @defer.inlineCallbacks
+    def test_duplicate_id_in_any_case_is_refused(self):
+        yield self.store.add(record("job1"))
+        for taken in ("job1", "JOB1", "Job1"):
+            yield self.assertFailure(self.store.add(record(taken, project="news")),
+                                     DuplicateJob)
+        found = yield self.store.get("job1")
+        self.assertEqual((found.id, found.project), ("job1", "shop"))
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 1, "running": 0, "finished": 0})
+
+    @defer.inlineCallbacks
+    def test_a_refused_duplicate_leaves_the_store_usable(self):
+        yield self.store.add(record("a"))
+        yield self.assertFailure(self.store.add(record("A")), DuplicateJob)
+        yield self.store.add(record("b"))
+        self.assertEqual(ids((yield self.store.jobs())[0]), ["a", "b"])
+
+    # -- claiming --------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_claim_by_priority_then_age(self):
+        yield self.add_all(record("a", priority=0, created=1), record("b", priority=5, created=2),
+                           record("c", priority=5, created=3), record("d", priority=-1, created=4),
+                           record("e", priority=0, created=5))
+        order = yield self.claim_all(NODE_A, ["shop"])
+        self.assertEqual(order, ["b", "c", "a", "e", "d"])
+
+    @defer.inlineCallbacks
+    def test_claim_marks_the_job_running_on_the_node_without_a_pid(self):
+        yield self.store.add(record("a"))
+        claimed = yield self.store.claim_next(NODE_A, ["shop"], 42.0)
+        self.assertEqual((claimed.id, claimed.state, claimed.node, claimed.start_time,
+                          claimed.pid), ("a", "running", NODE_A, 42.0, None))
+        found = yield self.store.get("A")
+        self.assertEqual((found.state, found.node, found.start_time, found.pid),
+                         ("running", NODE_A, 42.0, None))
+        self.assertIsNone((yield self.store.claim_next(NODE_A, ["shop"], 43.0)))
+
+    @defer.inlineCallbacks
+    def test_claim_only_among_the_projects_given_in_any_case(self):
+        yield self.add_all(record("s1", project="Shop"), record("n1", project="news", priority=9),
+                           record("s2", project="shop"), record("o1", project="other"))
+        self.assertEqual((yield self.claim_all(NODE_A, ["SHOP"])), ["s1", "s2"])
+        self.assertEqual((yield self.claim_all(NODE_A, ["nosuch"])), [])
+        self.assertEqual((yield self.claim_all(NODE_A, ["NEWS", "Other"])), ["n1", "o1"])
+
+    @defer.inlineCallbacks
+    def test_no_claim_for_no_projects(self):
+        yield self.store.add(record("a"))
+        self.assertIsNone((yield self.store.claim_next(NODE_A, [], 1.0)))
+        self.assertIsNone((yield self.store.claim_next(NODE_A, (), 1.0)))
+        self.assertEqual((yield self.store.get("a")).state, "pending")
+
+    @defer.inlineCallbacks
+    def test_two_claimers_of_one_job_one_gets_it(self):
+        other = yield self.open(self.make_second_store)
+        yield self.store.add(record("only"))
+        # Both asked before either answer is looked at.
+        first = self.store.claim_next(NODE_A, ["shop"], 1.0)
+        second = other.claim_next(NODE_B, ["shop"], 1.0)
+        results = yield defer.gatherResults([first, second])
+        got = [r for r in results if r is not None]
+        self.assertEqual(len(got), 1, results)
+        self.assertEqual(got[0].id, "only")
+        found = yield other.get("only")
+        self.assertEqual((found.state, found.node), ("running", got[0].node))
+
+    @defer.inlineCallbacks
+    def test_two_claimers_never_take_a_job_twice(self):
+        other = yield self.open(self.make_second_store)
+        jobs = [record(f"j{i:02}", priority=i % 3, created=i) for i in range(30)]
+        yield self.add_all(*jobs[:20])
+        claimed = {NODE_A: [], NODE_B: []}
+        now = 1.0
+        # Alternate, in pairs asked at once, and add more on the way.
+        for turn in range(25):
+            if turn == 5:
+                yield self.add_all(*jobs[20:], store=other)
+            pair = yield defer.gatherResults([
+                self.store.claim_next(NODE_A, ["shop"], now),
+                other.claim_next(NODE_B, ["shop"], now)])
+            for node, r in zip((NODE_A, NODE_B), pair):
+                if r is not None:
+                    self.assertEqual(r.node, node)
+                    claimed[node].append(r.id)
+            now += 1.0
+        every = claimed[NODE_A] + claimed[NODE_B]
+        self.assertEqual(len(every), len(set(every)), claimed)
+        self.assertEqual(sorted(every), sorted(ids(jobs)))
+        self.assertTrue(claimed[NODE_A] and claimed[NODE_B], claimed)
+        for jobid in every:
+            found = yield self.store.get(jobid)
+            self.assertEqual(found.state, "running")
+            self.assertIn(jobid, claimed[found.node])
+
+    # -- starting and ending ---------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_mark_started_records_the_pid(self):
+        yield self.store.add(record("Job"))
+        yield self.store.claim_next(NODE_A, ["shop"], 5.0)
+        started = yield self.store.mark_started("JOB", 4242)
+        self.assertEqual((started.id, started.state, started.pid, started.node,
+                          started.start_time), ("Job", "running", 4242, NODE_A, 5.0))
+        found = yield self.store.get("job")
+        self.assertEqual((found.state, found.pid), ("running", 4242))
+
+    @defer.inlineCallbacks
+    def test_mark_finished_records_how_it_ended(self):
+        yield self.store.add(record("Job"))
+        yield self.store.claim_next(NODE_A, ["shop"], 5.0)
+        yield self.store.mark_started("job", 7)
+        done = yield self.store.mark_finished("JOB", "failed", 12.0, exit_status=1,
+                                              stats={"items": 3, "finish_reason": "x"},
+                                              reason="it broke")
+        self.assertEqual((done.id, done.state, done.outcome, done.end_time, done.exit_status,
+                          done.stats, done.reason),
+                         ("Job", "finished", "failed", 12.0, 1, {"items": 3,
+                                                                 "finish_reason": "x"},
+                          "it broke"))
+        found = yield self.store.get("job")
+        self.assertEqual((found.state, found.outcome, found.exit_status, found.stats,
+                          found.reason, found.start_time, found.pid, found.node),
+                         ("finished", "failed", 1, {"items": 3, "finish_reason": "x"},
+                          "it broke", 5.0, 7, NODE_A))
+
+    @defer.inlineCallbacks
+    def test_every_outcome_is_accepted(self):
+        for n, outcome in enumerate(("finished", "failed", "cancelled", "lost")):
+            yield self.store.add(record(f"j{n}"))
+            yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+            done = yield self.store.mark_finished(f"j{n}", outcome, 2.0 + n)
+            self.assertEqual((done.state, done.outcome), ("finished", outcome))
+
+    @defer.inlineCallbacks
+    def test_an_unknown_outcome_is_refused(self):
+        yield self.store.add(record("a"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        version = yield self.store.version()
+        yield self.assertFailure(self.store.mark_finished("a", "exploded", 2.0), ValueError)
+        found = yield self.store.get("a")
+        self.assertEqual((found.state, found.outcome), ("running", None))
+        self.assertEqual((yield self.store.version()), version)
+
+    @defer.inlineCallbacks
+    def test_a_cancel_request_is_recorded(self):
+        yield self.store.add(record("a"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.mark_cancel_requested("A")
+        self.assertTrue((yield self.store.get("a")).cancel_requested)
+
+    # -- cancelling a pending job ----------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_cancel_pending_ends_a_pending_job(self):
+        yield self.add_all(record("Wait"), record("other"))
+        ended = yield self.store.cancel_pending("WAIT", 9.0)
+        self.assertEqual((ended.id, ended.state, ended.outcome, ended.end_time),
+                         ("Wait", "finished", "cancelled", 9.0))
+        self.assertIsNone(ended.start_time)
+        found = yield self.store.get("wait")
+        self.assertEqual((found.state, found.outcome), ("finished", "cancelled"))
+        # Once ended it is no longer pending, and never claimed.
+        self.assertIsNone((yield self.store.cancel_pending("wait", 10.0)))
+        self.assertEqual((yield self.claim_all(NODE_A, ["shop"])), ["other"])
+
+    @defer.inlineCallbacks
+    def test_cancel_pending_leaves_a_claimed_job_alone(self):
+        yield self.store.add(record("a"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        self.assertIsNone((yield self.store.cancel_pending("a", 2.0)))
+        found = yield self.store.get("a")
+        self.assertEqual((found.state, found.outcome, found.node), ("running", None, NODE_A))
+        yield self.store.mark_started("a", 5)
+        self.assertIsNone((yield self.store.cancel_pending("a", 2.0)))
+        self.assertEqual((yield self.store.get("a")).state, "running")
+
+    @defer.inlineCallbacks
+    def test_cancel_pending_of_a_finished_or_unknown_job(self):
+        yield self.store.add(record("a"))
+        yield self.finish("a", 3.0)
+        self.assertIsNone((yield self.store.cancel_pending("a", 4.0)))
+        self.assertEqual((yield self.store.get("a")).outcome, "finished")
+        self.assertIsNone((yield self.store.cancel_pending("nosuch", 4.0)))
+
+    # -- listings and counts ---------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_listings_in_the_order_of_each_section(self):
+        yield self.add_all(*(record(n, created=i) for i, n in enumerate("abcdefgh")))
+        # Finished: d ends last although it ended first in the calls.
+        for jobid, end in (("a", 30.0), ("b", 10.0), ("c", 20.0)):
+            yield self.finish(jobid, end)
+        # Running: claimed in the order d, e, f with start times 50, 40, 45.
+        for jobid, start in (("d", 50.0), ("e", 40.0), ("f", 45.0)):
+            claimed = yield self.store.claim_next(NODE_A, ["shop"], start)
+            self.assertEqual(claimed.id, jobid)
+        # Pending: higher priority first, then the older.
+        yield self.add_all(record("low", priority=-1, created=20),
+                           record("high", priority=3, created=21),
+                           record("high2", priority=3, created=22))
+        pending, running, finished = yield self.store.jobs()
+        self.assertEqual(ids(pending), ["high", "high2", "g", "h", "low"])
+        self.assertEqual(ids(running), ["e", "f", "d"])
+        self.assertEqual(ids(finished), ["b", "c", "a"])
+        self.assertEqual({r.state for r in pending}, {"pending"})
+        self.assertEqual({r.state for r in running}, {"running"})
+        self.assertEqual({r.state for r in finished}, {"finished"})
+
+    @defer.inlineCallbacks
+    def test_listings_of_one_project_in_any_case(self):
+        yield self.add_all(record("a", project="Shop"), record("b", project="news"),
+                           record("c", project="shop"), record("d", project="news"),
+                           record("e", project="SHOP"))
+        yield self.finish("a", 5.0)
+        yield self.finish("b", 6.0)
+        yield self.store.claim_next(NODE_A, ["shop"], 7.0)
+        for asked in ("SHOP", "shop", "Shop"):
+            pending, running, finished = yield self.store.jobs(asked)
+            self.assertEqual((ids(pending), ids(running), ids(finished)),
+                             (["e"], ["c"], ["a"]))
+        pending, running, finished = yield self.store.jobs("NEWS")
+        self.assertEqual((ids(pending), ids(running), ids(finished)), (["d"], [], ["b"]))
+        self.assertEqual((yield self.store.jobs("nosuch")), ([], [], []))
+        pending, running, finished = yield self.store.jobs()
+        self.assertEqual((sorted(ids(pending)), ids(running), ids(finished)),
+                         (["d", "e"], ["c"], ["a", "b"]))
+
+    @defer.inlineCallbacks
+    def test_listings_carry_no_stats_but_get_does(self):
+        yield self.add_all(record("done"), record("lost"))
+        yield self.finish("done", 5.0, stats={"items": 30})
+        yield self.store.claim_next(NODE_A, ["shop"], 6.0)
+        yield self.store.recover(NODE_A, 7.0, lambda r: {"items": 2})
+        _, _, finished = yield self.store.jobs()
+        self.assertEqual(ids(finished), ["done", "lost"])
+        self.assertEqual([r.stats for r in finished], [None, None])
+        _, _, finished = yield self.store.jobs("shop")
+        self.assertEqual([r.stats for r in finished], [None, None])
+        self.assertEqual((yield self.store.get("done")).stats, {"items": 30})
+        self.assertEqual((yield self.store.get("lost")).stats, {"items": 2})
+
+    @defer.inlineCallbacks
+    def test_counts(self):
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 0, "running": 0, "finished": 0})
+        yield self.add_all(*(record(f"j{i}") for i in range(6)))
+        yield self.finish("j0", 2.0)
+        yield self.store.cancel_pending("j5", 3.0)
+        yield self.store.claim_next(NODE_A, ["shop"], 4.0)
+        yield self.store.claim_next(NODE_B, ["shop"], 4.0)
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 2, "running": 2, "finished": 2})
+
+    # -- recovery --------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_recovery_is_scoped_to_a_node(self):
+        yield self.add_all(record("a1"), record("b1"), record("a2"), record("done"),
+                           record("waiting"))
+        for jobid, node in (("a1", NODE_A), ("b1", NODE_B), ("a2", NODE_A)):
+            claimed = yield self.store.claim_next(node, ["shop"], 3.0)
+            self.assertEqual(claimed.id, jobid)
+        yield self.store.mark_started("a1", 11)
+        yield self.store.mark_started("b1", 12)
+        # a2 was claimed on A, but its process never started (no pid).
+        claimed = yield self.store.claim_next(NODE_B, ["shop"], 4.0)
+        yield self.store.mark_finished(claimed.id, "finished", 5.0, stats={"items": 1})
+        asked = []
+
+        def stats_of(r):
+            asked.append(r.id)
+            return {"items": len(r.id), "of": r.id}
+
+        lost = yield self.store.recover(NODE_A, 20.0, stats_of)
+        self.assertEqual(sorted(ids(lost)), ["a1", "a2"])
+        self.assertEqual(sorted(asked), ["a1", "a2"])
+        for r in lost:
+            self.assertEqual((r.state, r.outcome, r.end_time), ("finished", "lost", 20.0))
+            self.assertEqual(r.stats, {"items": 2, "of": r.id})
+            self.assertTrue(r.reason)
+            found = yield self.store.get(r.id)
+            self.assertEqual((found.state, found.outcome, found.end_time, found.stats),
+                             ("finished", "lost", 20.0, {"items": 2, "of": r.id}))
+            self.assertTrue(found.reason)
+        # Why they were lost differs: one ran, the other never started.
+        a1, a2 = (yield self.store.get("a1")), (yield self.store.get("a2"))
+        self.assertEqual(a1.pid, 11)
+        self.assertIsNone(a2.pid)
+        self.assertNotEqual(a1.reason, a2.reason)
+        b1 = yield self.store.get("b1")
+        self.assertEqual((b1.state, b1.outcome, b1.node, b1.pid), ("running", None, NODE_B, 12))
+        self.assertEqual((yield self.store.get("done")).stats, {"items": 1})
+        self.assertEqual((yield self.store.get("done")).outcome, "finished")
+        self.assertEqual((yield self.store.get("waiting")).state, "pending")
+        self.assertEqual((yield self.store.recover(NODE_A, 21.0, stats_of)), [])
+        lost = yield self.store.recover(NODE_B, 22.0, lambda r: None)
+        self.assertEqual(ids(lost), ["b1"])
+        self.assertIsNone((yield self.store.get("b1")).stats)
+
+    # -- the version -----------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_the_version_moves_on_every_change_and_not_on_reads(self):
+        seen = [(yield self.store.version())]
+
+        @defer.inlineCallbacks
+        def moved(what):
+            now = yield self.store.version()
+            self.assertNotIn(now, seen, f"the version did not move on after {what}")
+            seen.append(now)
+
+        @defer.inlineCallbacks
+        def reads():
+            yield self.store.get("a")
+            yield self.store.get("nosuch")
+            yield self.store.jobs()
+            yield self.store.jobs("shop")
+            yield self.store.counts()
+            yield self.store.version()
+            self.assertEqual((yield self.store.version()), seen[-1], "a read moved it")
+
+        yield reads()
+        yield self.store.add(record("a"))
+        yield moved("add")
+        yield reads()
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield moved("claim_next")
+        yield self.store.mark_started("a", 5)
+        yield moved("mark_started")
+        yield self.store.mark_cancel_requested("a")
+        yield moved("mark_cancel_requested")
+        yield self.store.mark_finished("a", "cancelled", 2.0)
+        yield moved("mark_finished")
+        yield reads()
+        yield self.store.add(record("b"))
+        yield moved("add")
+        yield self.store.cancel_pending("b", 3.0)
+        yield moved("cancel_pending")
+        yield self.store.add(record("c"))
+        yield moved("add")
+        yield self.store.claim_next(NODE_A, ["shop"], 4.0)
+        yield moved("claim_next")
+        yield self.store.recover(NODE_A, 5.0, lambda r: None)
+        yield moved("recover")
+        yield self.store.prune(1)
+        yield moved("prune")
+        yield reads()
+
+    @defer.inlineCallbacks
+    def test_the_version_moves_for_a_change_made_through_another_store(self):
+        # "for whichever service changed it": answers cached by one service
+        # must not outlive a change another made. A table that is not
+        # shared has one service at a time, which keeps its version itself;
+        # another's changes are seen from the next start on.
+        other = yield self.open(self.make_second_store)
+        seen = {(yield self.store.version())}
+        for change in (lambda: other.add(record("a")),
+                       lambda: other.claim_next(NODE_B, ["shop"], 1.0),
+                       lambda: self.store.mark_started("a", 5),
+                       lambda: other.mark_finished("a", "finished", 2.0)):
+            yield change()
+            if not self.store.shared:
+                continue
+            mine, theirs = (yield self.store.version()), (yield other.version())
+            self.assertEqual(mine, theirs)
+            self.assertNotIn(mine, seen)
+            seen.add(mine)
+        latest = yield other.version()
+        reopened = yield self.open(self.make_second_store)
+        self.assertEqual((yield reopened.version()), latest)
+        self.assertNotIn(latest, seen if self.store.shared else {min(seen)})
+
+    # -- pruning ---------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_pruning_keeps_the_newest_finished_and_returns_the_others(self):
+        yield self.add_all(*(record(f"j{i}") for i in range(5)))
+        # Ended out of order: j3 is the newest, then j1.
+        ends = {"j0": 10.0, "j1": 40.0, "j2": 20.0, "j3": 50.0, "j4": 30.0}
+        for jobid in sorted(ends):
+            yield self.finish(jobid, ends[jobid])
+        yield self.add_all(record("running"), record("waiting"))
+        yield self.store.claim_next(NODE_A, ["shop"], 60.0)
+        gone = yield self.store.prune(2)
+        self.assertEqual(sorted(ids(gone)), ["j0", "j2", "j4"])
+        self.assertEqual({r.state for r in gone}, {"finished"})
+        pending, running, finished = yield self.store.jobs()
+        self.assertEqual((ids(pending), ids(running), ids(finished)),
+                         (["waiting"], ["running"], ["j1", "j3"]))
+        for jobid in ("j0", "j2", "j4"):
+            self.assertIsNone((yield self.store.get(jobid)))
+        self.assertEqual((yield self.store.prune(2)), [])
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 1, "running": 1, "finished": 2})
+        # A forgotten id is free again.
+        yield self.store.add(record("J0"))
+
+    @defer.inlineCallbacks
+    def test_keep_zero_forgets_every_finished_job_and_nothing_else(self):
+        yield self.add_all(record("a"), record("b"), record("c"), record("d"))
+        yield self.finish("a", 1.0)
+        yield self.store.cancel_pending("d", 2.0)
+        yield self.store.claim_next(NODE_A, ["shop"], 3.0)
+        gone = yield self.store.prune(0)
+        self.assertEqual(sorted(ids(gone)), ["a", "d"])
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 1, "running": 1, "finished": 0})
+        self.assertEqual((yield self.store.get("b")).state, "running")
+        self.assertEqual((yield self.store.get("c")).state, "pending")
+
+    @defer.inlineCallbacks
+    def test_pruning_with_fewer_than_keep_forgets_nothing(self):
+        yield self.add_all(record("a"), record("b"))
+        yield self.finish("a", 1.0)
+        self.assertEqual((yield self.store.prune(5)), [])
+        self.assertEqual((yield self.store.get("a")).state, "finished")
+
+    # -- closing ---------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def test_close_fails_later_writes_with_store_error(self):
+        yield self.add_all(record("a"), record("b"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.close_store(self.store)
+        writes = [
+            lambda: self.store.add(record("c")),
+            lambda: self.store.claim_next(NODE_A, ["shop"], 2.0),
+            lambda: self.store.mark_started("a", 5),
+            lambda: self.store.mark_finished("a", "finished", 3.0),
+            lambda: self.store.cancel_pending("b", 3.0),
+            lambda: self.store.mark_cancel_requested("a"),
+            lambda: self.store.recover(NODE_A, 3.0, lambda r: None),
+        ]
+        for write in writes:
+            yield self.assertFailure(defer.maybeDeferred(write), StoreError)
+
+    @defer.inlineCallbacks
+    def test_what_was_written_survives_a_close(self):
+        other = yield self.open(self.make_second_store)
+        yield self.add_all(record("a"), record("b"))
+        yield self.finish("a", 2.0, stats={"items": 4})
+        yield self.close_store(self.store)
+        found = yield other.get("a")
+        self.assertEqual((found.outcome, found.stats), ("finished", {"items": 4}))
+        self.assertEqual((yield other.get("b")).state, "pending")
+
+
+class SQLiteJobStoreContractTests(JobStoreContract, unittest.TestCase):
+    """The contract on a temporary SQLite file, timed by a Clock."""
+
+    def setUp(self):
+        self.clock = Clock()
+        self.path = os.path.abspath(self.mktemp())
+        return super().setUp()
+
+    def make_store(self):
+        return SQLiteJobStore(self.path, self.clock)
+
+    def make_second_store(self):
+        return SQLiteJobStore(self.path, self.clock)

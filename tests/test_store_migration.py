@@ -1,0 +1,226 @@
+"""A jobs.db from before schema versions is brought up to date in place;
+one from a newer netweir-serve is refused, and the daemon says so."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+
+from netweir_serve.jobs.records import DuplicateJob, JobRecord
+from netweir_serve.jobs.store import migrations
+from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+
+from .processes import ROOT, free_port
+
+# The job table as netweir-serve created it before schema versions were
+# kept (netweir_serve/jobstore.py at 9eec953), written out here as it was:
+# the migrations must keep reading a file made by exactly this.
+OLD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
+    project TEXT NOT NULL,
+    project_key TEXT NOT NULL,
+    spider TEXT NOT NULL,
+    spider_file TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    priority REAL NOT NULL,
+    state TEXT NOT NULL,
+    outcome TEXT,
+    pid INTEGER,
+    exit_status INTEGER,
+    created REAL NOT NULL,
+    start_time REAL,
+    end_time REAL,
+    stats TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    reason TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, priority DESC, seq);
+CREATE INDEX IF NOT EXISTS jobs_project ON jobs (project_key, state);
+"""
+
+
+def old_jobs_db(path):
+    """A jobs.db as the old code left it, with a finished, a running and a
+    pending job, each written with the statements the old code used."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(OLD_SCHEMA)
+    for jobid, project, priority, created in (("Done", "Shop", 0.0, 100.0),
+                                             ("Running", "shop", 1.0, 101.0),
+                                             ("Waiting", "news", 2.5, 102.0)):
+        with db:
+            db.execute(
+                "INSERT INTO jobs (key, id, project, project_key, spider, spider_file,"
+                " settings, arguments, priority, state, created)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (jobid.lower(), jobid, project, project.lower(), "books", "/p/books.py",
+                 json.dumps([["max_items", "5"]]), json.dumps([["category", "x"]]),
+                 priority, "pending", created))
+    for jobid, pid, start in (("done", 41, 110.0), ("running", 42, 111.0)):
+        with db:
+            db.execute("UPDATE jobs SET state = ?, pid = ?, start_time = ? WHERE key = ?",
+                       ("running", pid, start, jobid))
+    with db:
+        db.execute("UPDATE jobs SET state = ?, outcome = ?, end_time = ?, exit_status = ?,"
+                   " stats = ?, reason = ? WHERE key = ?",
+                   ("finished", "finished", 120.0, 0, json.dumps({"items": 30}), None, "done"))
+    with db:
+        db.execute("UPDATE jobs SET cancel_requested = 1 WHERE key = ?", ("running",))
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 0
+    db.close()
+
+
+def user_version(path):
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        db.close()
+
+
+class OldTableTests(unittest.TestCase):
+    def setUp(self):
+        self.path = os.path.abspath(self.mktemp())
+        old_jobs_db(self.path)
+
+    def open(self):
+        store = SQLiteJobStore(self.path, Clock())
+        self.addCleanup(store.close)
+        return store
+
+    @defer.inlineCallbacks
+    def test_the_table_is_migrated_in_place_and_every_record_reads_back(self):
+        store = self.open()
+        self.assertEqual(user_version(self.path), migrations.LATEST)
+        done = yield store.get("DONE")
+        self.assertEqual(
+            (done.id, done.project, done.spider, done.spider_file, done.settings,
+             done.arguments, done.priority, done.state, done.outcome, done.pid,
+             done.exit_status, done.created, done.start_time, done.end_time, done.stats,
+             done.cancel_requested, done.reason, done.node),
+            ("Done", "Shop", "books", "/p/books.py", (("max_items", "5"),),
+             (("category", "x"),), 0.0, "finished", "finished", 41, 0, 100.0, 110.0, 120.0,
+             {"items": 30}, False, None, None))
+        running = yield store.get("running")
+        self.assertEqual((running.id, running.state, running.pid, running.start_time,
+                          running.cancel_requested, running.node, running.outcome),
+                         ("Running", "running", 42, 111.0, True, None, None))
+        waiting = yield store.get("waiting")
+        self.assertEqual((waiting.id, waiting.project, waiting.state, waiting.priority,
+                          waiting.created, waiting.pid, waiting.node),
+                         ("Waiting", "news", "pending", 2.5, 102.0, None, None))
+        pending, running_list, finished = yield store.jobs()
+        self.assertEqual(([r.id for r in pending], [r.id for r in running_list],
+                          [r.id for r in finished]), (["Waiting"], ["Running"], ["Done"]))
+        self.assertEqual([r.id for r in (yield store.jobs("SHOP"))[1]], ["Running"])
+        self.assertEqual((yield store.counts()), {"pending": 1, "running": 1, "finished": 1})
+
+    @defer.inlineCallbacks
+    def test_opening_it_again_changes_nothing_more(self):
+        store = self.open()
+        before = yield store.jobs()
+        yield store.close()
+        again = self.open()
+        self.assertEqual(user_version(self.path), migrations.LATEST)
+        self.assertEqual((yield again.jobs()), before)
+
+    @defer.inlineCallbacks
+    def test_the_running_job_is_lost_for_any_node_name(self):
+        # Before nodes were recorded, an SQLite table had one service only:
+        # whatever that service is called now, the running job was its.
+        for node in ("box", "another-name"):
+            old_jobs_db(self.path + node)
+            store = SQLiteJobStore(self.path + node, Clock())
+            self.addCleanup(store.close)
+            lost = yield store.recover(node, 200.0, lambda r: {"items": 7, "of": r.id})
+            self.assertEqual([r.id for r in lost], ["Running"])
+            found = yield store.get("running")
+            self.assertEqual((found.state, found.outcome, found.end_time, found.stats),
+                             ("finished", "lost", 200.0, {"items": 7, "of": "Running"}))
+            self.assertTrue(found.reason)
+            self.assertEqual((yield store.get("done")).outcome, "finished")
+            self.assertEqual((yield store.get("done")).stats, {"items": 30})
+            self.assertEqual((yield store.get("waiting")).state, "pending")
+
+    @defer.inlineCallbacks
+    def test_new_jobs_can_be_added_and_claimed(self):
+        store = self.open()
+        yield store.recover("box", 200.0, lambda r: None)
+        added = yield store.add(JobRecord(id="new", project="news", spider="books",
+                                          spider_file="/p/books.py", created=300.0))
+        self.assertEqual(added.state, "pending")
+        yield self.assertFailure(
+            store.add(JobRecord(id="WAITING", project="news", spider="books",
+                                spider_file="/p/books.py")), DuplicateJob)
+        first = yield store.claim_next("box", ["NEWS"], 301.0)
+        second = yield store.claim_next("box", ["news"], 302.0)
+        self.assertEqual((first.id, first.node, first.state), ("Waiting", "box", "running"))
+        self.assertEqual((second.id, second.node, second.state), ("new", "box", "running"))
+        self.assertIsNone((yield store.claim_next("box", ["news", "shop"], 303.0)))
+        yield store.mark_started("new", 9)
+        done = yield store.mark_finished("new", "finished", 310.0, exit_status=0)
+        self.assertEqual((done.state, done.pid, done.node), ("finished", 9, "box"))
+        self.assertEqual((yield store.counts()), {"pending": 0, "running": 1, "finished": 3})
+
+
+def newer_jobs_db(path):
+    """A jobs.db written by a netweir-serve one schema version ahead."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript(OLD_SCHEMA)
+    db.execute("CREATE TABLE from_the_future (x INTEGER)")
+    db.execute(f"PRAGMA user_version = {migrations.LATEST + 1}")
+    db.close()
+
+
+def tables(path):
+    db = sqlite3.connect(path)
+    try:
+        return sorted(row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"))
+    finally:
+        db.close()
+
+
+class NewerTableTests(unittest.TestCase):
+    def test_a_newer_table_is_refused_and_left_as_it_was(self):
+        path = os.path.abspath(self.mktemp())
+        newer_jobs_db(path)
+        before = tables(path)
+        with self.assertRaises(migrations.NewerSchema) as raised:
+            SQLiteJobStore(path, Clock())
+        self.assertIn(str(migrations.LATEST + 1), str(raised.exception))
+        self.assertEqual(user_version(path), migrations.LATEST + 1)
+        self.assertEqual(tables(path), before)
+
+    def test_the_daemon_on_a_newer_table_exits_1_with_one_line_naming_it(self):
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        path = os.path.join(directory, "jobs.db")
+        newer_jobs_db(path)
+        before = tables(path)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("NETWEIR_SERVE_")}
+        done = subprocess.run(
+            [sys.executable, "-m", "netweir_serve", "--dir", directory,
+             "--port", str(free_port())],
+            cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+        line = done.stderr.strip()
+        self.assertTrue(line.startswith(f"netweir-serve: error: cannot use --dir {directory}"),
+                        line)
+        self.assertIn("job table", line)
+        self.assertIn(path, line)
+        self.assertIn(str(migrations.LATEST + 1), line)
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(user_version(path), migrations.LATEST + 1)
+        self.assertEqual(tables(path), before)
