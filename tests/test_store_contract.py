@@ -418,6 +418,22 @@ class JobStoreContract:
         self.assertEqual(ids(lost), ["b1"])
         self.assertIsNone((yield self.store.get("b1")).stats)
 
+    @defer.inlineCallbacks
+    def test_recovery_of_no_node_in_particular_ends_every_running_job(self):
+        # What a start on a table no other service shares asks for.
+        self.assertIsInstance(self.store.shared, bool)
+        yield self.add_all(record("a1"), record("b1"), record("waiting"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.claim_next(NODE_B, ["shop"], 1.0)
+        yield self.store.mark_started("b1", 12)
+        lost = yield self.store.recover(None, 9.0, lambda r: {"of": r.id})
+        self.assertEqual(sorted(ids(lost)), ["a1", "b1"])
+        for jobid in ("a1", "b1"):
+            found = yield self.store.get(jobid)
+            self.assertEqual((found.state, found.outcome, found.end_time, found.stats),
+                             ("finished", "lost", 9.0, {"of": jobid}))
+        self.assertEqual((yield self.store.get("waiting")).state, "pending")
+
     # -- the version -----------------------------------------------------------
 
     @defer.inlineCallbacks

@@ -137,10 +137,12 @@ class OldTableTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_the_running_job_is_lost_for_any_node_name(self):
         # Before nodes were recorded, an SQLite table had one service only:
-        # whatever that service is called now, the running job was its.
-        for node in ("box", "another-name"):
-            old_jobs_db(self.path + node)
-            store = SQLiteJobStore(self.path + node, Clock())
+        # whatever that service is called now, the running job was its. (A
+        # start on a table that is not shared asks for every node's: None.)
+        for node in ("box", "another-name", None):
+            path = f"{self.path}-{node}"
+            old_jobs_db(path)
+            store = SQLiteJobStore(path, Clock())
             self.addCleanup(store.close)
             lost = yield store.recover(node, 200.0, lambda r: {"items": 7, "of": r.id})
             self.assertEqual([r.id for r in lost], ["Running"])
