@@ -32,6 +32,11 @@ SECRET_PREFIX = "NETWEIR_SERVE_"
 _SETSID = shutil.which("setsid")
 _SETSID_FALLBACK = "import os, sys; os.setsid(); os.execv(sys.argv[1], sys.argv[1:])"
 
+# Seconds between tries to record a job's end the table could not take (a
+# full disk): until it is recorded the job is listed as running and keeps
+# its locks, so the jobs that share its checkpoint would wait for it.
+END_RETRY_DELAY = 2.0
+
 
 class StartRefused(Exception):
     """A job that cannot start; the message goes in its log."""
@@ -228,7 +233,8 @@ class Launcher:
         now = self._reactor.seconds()
         self._ending[fold(record.id)] = []
         recorded = self._store.mark_finished(record.id, "failed", now, reason=reason)
-        recorded.addErrback(self._end_not_recorded, record.id)
+        recorded.addErrback(self._end_not_recorded, record.id,
+                            dict(outcome="failed", end_time=now, reason=reason))
         recorded.addCallback(self._ended, replace(record, state=FINISHED, outcome="failed",
                                                   end_time=now, reason=reason))
 
@@ -282,17 +288,32 @@ class Launcher:
                       jobid=job.record.id, outcome=outcome, status=status)
         recorded = self._store.mark_finished(job.record.id, outcome, now,
                                              exit_status=status, stats=stats)
-        # A full disk, say: the table still says running, and the next
-        # start settles it. The slot is free and every waiter hears of the
-        # end all the same.
-        recorded.addErrback(self._end_not_recorded, job.record.id)
+        # A full disk, say: the table still says running until a later try
+        # records it (or the next start settles it). The slot is free and
+        # every waiter hears of the end all the same.
+        recorded.addErrback(self._end_not_recorded, job.record.id,
+                            dict(outcome=outcome, end_time=now, exit_status=status,
+                                 stats=stats))
         recorded.addCallback(self._ended, replace(
             job.record, state=FINISHED, outcome=outcome, end_time=now, exit_status=status,
             stats=stats))
 
-    def _end_not_recorded(self, failure, jobid):
+    def _end_not_recorded(self, failure, jobid, end):
         self.log.failure("job {jobid}: could not record how it ended", failure, jobid=jobid)
+        self._record_end_later(jobid, end)
         return None
+
+    def _record_end_later(self, jobid, end):
+        if not self._stopping:
+            self._reactor.callLater(END_RETRY_DELAY, self._record_end_again, jobid, end)
+
+    def _record_end_again(self, jobid, end):
+        if self._stopping:
+            return
+        recorded = self._store.mark_finished(jobid, **end)
+        recorded.addCallbacks(
+            lambda _: self.log.info("job {jobid}: its end is recorded now", jobid=jobid),
+            lambda _: self._record_end_later(jobid, end))
 
     def _ended(self, record, known):
         # The service hears of it before whoever waits for the job
