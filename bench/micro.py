@@ -45,14 +45,16 @@ def build(directory):
 
 
 def fill(store, count):
-    from netweir_serve.jobs.store.sqlite import JobRecord
+    """``count`` finished jobs, added, claimed and ended through the store's
+    interface (the SQLite store's Deferreds have fired when it returns)."""
+    from netweir_serve.jobs.records import JobRecord
 
     now = time.time()
     for n in range(count):
-        record = store.add(JobRecord(id=f"{n:032x}", project="one", spider="trivial",
-                                     spider_file="/nowhere/spiders.py", created=now))
-        store.mark_running(record.id, 10000 + n, now)
-        store.mark_finished(record.id, "finished", now + 1, exit_status=0)
+        store.add(JobRecord(id=f"{n:032x}", project="one", spider="trivial",
+                            spider_file="/nowhere/spiders.py", created=now))
+        store.claim_next("bench", ["one"], now)
+        store.mark_finished(f"{n:032x}", "finished", now + 1, exit_status=0)
 
 
 def connect(factory):
