@@ -14,7 +14,7 @@ class IJobStore(Interface):
     """The job table: every job the service knows, and its state.
 
     Every method returns a Deferred (a backend that answers at once uses
-    ``defer.succeed``). Job ids and project names compare ignoring case.
+    ``defer.succeed``); ``version`` and ``shared`` are plain attributes. Job ids and project names compare ignoring case.
     Records are immutable values (JobRecord); every change is one
     transaction and moves ``version`` on. A write the backend cannot make
     fails with StoreError."""
@@ -24,10 +24,13 @@ class IJobStore(Interface):
         " not shared is settled whole at start: every job it shows running is"
         " stale, whatever node name claimed it.")
 
-    def version():
-        """An int that changes whenever any job changes (added, claimed,
-        started, ended, forgotten), for whichever service changed it, so
-        answers built from the table can be cached."""
+    version = Attribute(
+        "An int that changes whenever any job or schedule changes (added,"
+        " claimed, started, ended, forgotten), for whichever service changed"
+        " it, so answers built from the table can be cached. Read at once, not"
+        " a Deferred: dashboards poll answers cached on it. A shared backend"
+        " keeps it current from the other nodes' notices, so it may trail"
+        " their changes by the time a notice takes.")
 
     def add(record):
         """Adds a pending job (durably: it survives a power cut once the

@@ -51,11 +51,9 @@ class VersionCache:
         self._answers = {}
 
     def answer(self, key, build):
-        """Deferred of the answer for ``key``: the kept one while the table's
-        version is the same, else ``build()`` (a Deferred) again."""
-        return self._api.store.version().addCallback(self._for_version, key, build)
-
-    def _for_version(self, version, key, build):
+        """The answer for ``key``: the kept one while the table's version is
+        the same (at once, no Deferred), else a Deferred of ``build()``."""
+        version = self._api.store.version
         if version != self._version:
             self._answers.clear()
             self._version = version
@@ -153,7 +151,8 @@ class ListJobs(ApiEndpoint):
     def answer(self, params, request):
         project = params.name("project", required=False)
         key = fold(project) if project else None
-        return self._cache.answer(key, lambda: self._build(project)).addErrback(refused)
+        answer = self._cache.answer(key, lambda: self._build(project))
+        return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
 
     def _build(self, project):
         return self.api.store.jobs(project).addCallback(self._listing)

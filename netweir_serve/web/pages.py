@@ -239,9 +239,7 @@ class Jobs(HtmlPage):
         self._cached = None
 
     def page(self, request):
-        return self.store.version().addCallback(self._for_version)
-
-    def _for_version(self, version):
+        version = self.store.version
         if version == self._version:
             return self._html(self._cached)
         rows = self.store.jobs().addCallback(self._rows)

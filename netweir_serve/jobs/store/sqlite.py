@@ -168,13 +168,14 @@ class SQLiteJobStore(ScheduleTable):
         db.execute("BEGIN IMMEDIATE")
         try:
             result = work(db)
-            db.execute("UPDATE store_meta SET version = version + 1")
+            version = db.execute(
+                "UPDATE store_meta SET version = version + 1 RETURNING version").fetchone()[0]
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        self._version += 1
+        self._version = version
         return result
 
     def _read(self, work):
@@ -189,11 +190,12 @@ class SQLiteJobStore(ScheduleTable):
     # whatever it shows running at start, under any node name, is stale.
     shared = False
 
+    @property
     def version(self):
-        # Read, not counted here: a change made through another connection
-        # to the file (a second store, a hand edit) moves it too.
-        return self._read(
-            lambda db: db.execute("SELECT version FROM store_meta").fetchone()[0])
+        # The stored version, as this store last wrote it: the table is not
+        # shared, so nobody else moves it on (a hand edit of jobs.db while
+        # the service runs is not seen until the next change or start).
+        return self._version
 
     def add(self, record):
         values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
