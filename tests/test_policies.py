@@ -26,6 +26,8 @@ class LockTests(unittest.TestCase):
         self.assertEqual(policies.path_locks("shop", data, [("checkpoint", "None"),
                                                             ("warc", "a.warc")]), ())
         self.assertNotEqual(policies.path_locks("other", data, [("checkpoint", "books")]), a)
+        # One directory, whichever setting names it.
+        self.assertEqual(policies.path_locks("shop", data, [("cache", "books")]), a)
 
     def test_why_a_job_waits(self):
         data = os.path.abspath(self.mktemp())

@@ -278,6 +278,25 @@ class MisfireTests(unittest.TestCase):
         self.assertEqual(rig.schedule("c").skipped, 1)
 
 
+    def test_an_uncounted_job_is_counted_even_when_later_runs_were_missed(self):
+        path = self.mktemp() + ".db"
+        rig = Rig(self, start=0.0, path=path)
+        rig.start()
+        rig.add(name="k", every="1h")
+        self.successResultOf(rig.submitter.submit(SimpleNamespace(
+            jobid="k-19700101T010000Z", project="shop", spider="books", settings=(),
+            arguments=(), priority=0.0, schedule="k", schedule_locks=())))
+        rig.timetable.stop()
+        # Down past the next due time too.
+        rig.clock.advance(2 * 3600 + 5)
+        rig.timetable = rig.new_timetable()
+        rig.start()
+        record = rig.schedule("k")
+        self.assertEqual((record.runs, record.skipped, record.last_job),
+                         (1, 1, "k-19700101T010000Z"))
+        self.assertEqual(rig.job_ids(), ["k-19700101T010000Z"])
+
+
 class BackwardsClockTests(unittest.TestCase):
     def test_a_clock_stepped_back_fires_nothing_twice(self):
         rig = Rig(self, start=0.0)

@@ -24,11 +24,13 @@ _SCHEDULE = "schedule"
 def path_locks(project, data_dir, settings):
     """The locks of a job of ``project`` with ``settings`` (``(key, value)``
     pairs, checked): one per exclusive path setting that names a directory."""
+    # By directory alone: a checkpoint and a cache naming one directory
+    # share it as much as two checkpoints do.
     locks = []
     for key, value in settings:
         if key in EXCLUSIVE_SETTINGS and value is not None and not datapaths.means_none(value):
             path = datapaths.resolve(data_dir, key, value)
-            locks.append(f"{_PATH}:{fold(project)}:{key}:{path}")
+            locks.append(f"{_PATH}:{fold(project)}:{path}")
     return tuple(sorted(set(locks)))
 
 
@@ -41,9 +43,8 @@ def _shown(lock):
     kind, _, rest = lock.partition(":")
     if kind == _SCHEDULE:
         return f"schedule {rest}"
-    _project, _, rest = rest.partition(":")
-    key, _, path = rest.partition(":")
-    return f"{key} {path}"
+    _project, _, path = rest.partition(":")
+    return f"the data directory {path} (of a checkpoint, deltafetch or cache setting)"
 
 
 class RunningSet:

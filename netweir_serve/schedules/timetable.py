@@ -106,11 +106,29 @@ class Timetable:
         for record in (yield self._store.schedules()):
             self._remember(record)
         self._running = True
+        for record in list(self._schedules.values()):
+            yield self._count_unrecorded_job(record)
         now = self._clock.seconds()
         for key, record in list(self._schedules.items()):
             if not record.paused and key in self._rules:
                 yield self._fire(record, now, times.catch_up)
         self._arm()
+
+    @defer.inlineCallbacks
+    def _count_unrecorded_job(self, record):
+        # A service killed between queueing a firing's job and writing the
+        # schedule's row left the job of ``next_due`` uncounted: count it,
+        # and take that due time as fired.
+        if record.next_due is None or record.last_due == record.next_due:
+            return
+        jobid = times.job_id_for(record.name, record.next_due)
+        if record.last_job == jobid or (yield self._store.get(jobid)) is None:
+            return
+        rule = self._rules.get(fold(record.name))
+        upcoming = (rule.next_after(record.next_due, record.anchor) if rule is not None
+                    else record.next_due)
+        yield self._update(record, last_due=record.next_due, last_job=jobid, error=None,
+                           next_due=upcoming, runs_added=1)
 
     def stop(self):
         self._running = False
