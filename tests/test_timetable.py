@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 from twisted.internet import defer
+from twisted.internet import task
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
@@ -33,6 +34,7 @@ class FakeSubmitter:
         self.clock = clock
         self.projects = ProjectTable([Project("shop", os.path.dirname(__file__))])
         self.refuse = None
+        self.delay = 0
 
     def project(self, name):
         project = self.projects.get(name)
@@ -49,6 +51,11 @@ class FakeSubmitter:
     def submit(self, request):
         if self.refuse:
             return defer.fail(JobRefused(self.refuse))
+        if self.delay:
+            return task.deferLater(self.clock, self.delay, self._add, request)
+        return self._add(request)
+
+    def _add(self, request):
         return self.store.add(JobRecord(
             id=request.jobid, project=request.project, spider=request.spider,
             spider_file="/p/books.py", settings=request.settings, arguments=request.arguments,
@@ -251,6 +258,26 @@ class MisfireTests(unittest.TestCase):
         self.assertEqual(rig.schedule("m").next_due, 3 * 86400 + 3600)
         rig.clock.advance(1800)
         self.assertEqual(rig.job_ids(), ["m-19700104T010000Z"])
+
+    def test_skip_stays_skip_beside_a_schedule_catching_up_first(self):
+        # A timer set by the first schedule's catch-up must not take the
+        # second's missed run for one a little late.
+        path = self.mktemp() + ".db"
+        rig = Rig(self, start=0.0, path=path)
+        rig.start()
+        rig.add(name="catchup", every="30s", misfire="once")
+        rig.add(name="skipper", every="30s", misfire="skip")
+        rig.timetable.stop()
+        rig.clock.advance(100 + 19 - 100 % 30)
+        rig.timetable = rig.new_timetable()
+        # As a reader process would, the check takes a moment, during which
+        # the reactor runs whatever timer is due.
+        rig.submitter.delay = 0.01
+        started = rig.timetable.start()
+        for _ in range(10):
+            rig.clock.advance(0.01)
+        self.successResultOf(started)
+        self.assertEqual([j.split("-")[0] for j in rig.job_ids()], ["catchup"])
 
     def test_a_restart_before_the_due_time_misses_nothing_and_adds_nothing(self):
         rig = self.restarted("once", down_for=600)

@@ -105,13 +105,17 @@ class Timetable:
         none), then sets the timer. Fires when that is done."""
         for record in (yield self._store.schedules()):
             self._remember(record)
-        self._running = True
         for record in list(self._schedules.values()):
             yield self._count_unrecorded_job(record)
         now = self._clock.seconds()
+        # The timer is set only once every schedule has caught up: set
+        # earlier (by a firing that ended), it would wake for a schedule not
+        # caught up yet and, as a timer allows a minute late, run what
+        # misfire=skip says is missed.
         for key, record in list(self._schedules.items()):
             if not record.paused and key in self._rules:
                 yield self._fire(record, now, times.catch_up)
+        self._running = True
         self._arm()
 
     @defer.inlineCallbacks
@@ -269,9 +273,15 @@ class Timetable:
         return self._store.schedules(project)
 
     def zone_of(self, record):
-        """The tzinfo a schedule's times are shown in."""
+        """The tzinfo a schedule's times are shown in (its own zone, also
+        once it is deleted; UTC for a zone the system no longer knows)."""
         rule = self._rules.get(fold(record.name))
-        return rule.zone if rule is not None else times.parse_zone("UTC")[1]
+        if rule is not None:
+            return rule.zone
+        try:
+            return times.parse_zone(record.tz, self._environ)[1]
+        except times.RuleError:
+            return times.parse_zone("UTC")[1]
 
     @defer.inlineCallbacks
     def add(self, request):
@@ -341,6 +351,7 @@ class Timetable:
             return record
         updated = yield self._update(record, paused=True)
         self._arm()
+        self.log.info("schedule {name} paused", name=record.name)
         return updated
 
     @defer.inlineCallbacks
@@ -356,6 +367,7 @@ class Timetable:
             next_due = rule.next_after(self._clock.seconds(), record.anchor)
         updated = yield self._update(record, paused=False, next_due=next_due)
         self._arm()
+        self.log.info("schedule {name} resumed", name=record.name)
         return updated
 
 

@@ -52,6 +52,12 @@ ENDPOINTS = (
     ("listversions.json", "GET", "project (always no versions)", False),
     ("schedule.json", "POST", "project, spider, setting, jobid, priority, spider arguments", False),
     ("cancel.json", "POST", "project, job, signal (optional)", False),
+    ("addschedule.json", "POST", "project, spider, cron or every, tz, name, overlap, misfire,"
+     " setting, priority, spider arguments", False),
+    ("listschedules.json", "GET", "project (optional)", True),
+    ("pauseschedule.json", "POST", "project, name", False),
+    ("resumeschedule.json", "POST", "project, name", False),
+    ("delschedule.json", "POST", "project, name", False),
 )
 
 
@@ -196,6 +202,8 @@ def schedule_row(record, zone):
     class and its cells share a line, so ScrapydWeb's reading of job rows
     (a bare ``<tr>``, one cell a line) never takes it for a job."""
     next_run, last_run = shown_times(record, zone)
+    if record.paused:
+        next_run = None
     state = "paused" if record.paused else (f"error: {record.error}" if record.error else "active")
     cells = (record.name, record.project, record.spider, f"{record.kind}={record.rule}",
              record.tz, next_run or "", last_run or "", record.last_job or "",

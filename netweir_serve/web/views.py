@@ -100,7 +100,8 @@ def schedule_entry(record, zone):
         "arguments": dict(record.arguments),
         "priority": record.priority,
         "paused": record.paused,
-        "next_run": iso_time(record.next_due, zone),
+        # A paused schedule runs at no time until it is resumed.
+        "next_run": None if record.paused else iso_time(record.next_due, zone),
         "last_run": iso_time(record.last_due, zone),
         "last_job": record.last_job,
         "runs": record.runs,
