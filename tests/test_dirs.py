@@ -108,12 +108,19 @@ class LockDirectoryTests(unittest.TestCase):
         self.assertTrue(issubclass(DirectoryUnusable, DirectoryError))
 
     def test_a_read_only_directory(self):
-        if os.geteuid() == 0:
-            raise unittest.SkipTest("root writes in read-only directories")
         directory = os.path.join(self.base, "ro")
-        os.mkdir(directory, 0o500)
-        self.addCleanup(os.chmod, directory, 0o700)
-        self.assertIn("permission denied", self.unusable(os.path.join(directory, "sub")))
+        if os.geteuid() != 0:
+            os.mkdir(directory, 0o500)
+            self.addCleanup(os.chmod, directory, 0o700)
+            self.assertIn("permission denied", self.unusable(os.path.join(directory, "sub")))
+            return
+        # Root writes in any folder whatever its mode: a read-only file
+        # system is what refuses root.
+        os.mkdir(directory)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", directory],
+                       check=True, capture_output=True)
+        self.addCleanup(subprocess.run, ["umount", directory], capture_output=True)
+        self.assertIn("read-only file system", self.unusable(os.path.join(directory, "sub")))
 
 
 class CommandLineTests(unittest.TestCase):
