@@ -3,6 +3,10 @@
 import json
 from base64 import b64encode
 
+from twisted.cred.checkers import (
+    AllowAnonymousAccess, ICredentialsChecker, InMemoryUsernamePasswordDatabaseDontUse)
+from twisted.cred.credentials import IUsernamePassword
+from twisted.cred.error import UnauthorizedLogin
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
@@ -12,6 +16,7 @@ from twisted.trial.unittest import TestCase
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Site
 from twisted.web.test.requesthelper import DummyRequest
+from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from netweir_serve.web.guard import GuardedResource, basic_credentials, is_loopback_host
@@ -249,6 +254,149 @@ class OriginTests(GuardTestCase):
         for origin in self.ORIGINS:
             answer = yield self.fetch(guard, b"/logs/p/s/j.log", headers=[(b"Origin", origin)])
             self.assertRefused(answer, "web pages")
+
+
+class OwnOriginTests(GuardTestCase):
+    """A page of the service itself posts with its own origin: the scheme
+    of the connection and the host and port of its Host header."""
+
+    OWN = [(b"localhost:6800", b"http://localhost:6800"),
+           (b"LocalHost:6800", b"http://localhost:6800"),
+           (b"localhost", b"http://localhost:80"),
+           (b"localhost:80", b"http://localhost"),
+           (b"127.0.0.1:6800", b"http://127.0.0.1:6800"),
+           (b"[::1]:6800", b"http://[::1]:6800")]
+    OTHERS = [(b"localhost:6800", b"http://localhost:6801"),
+              (b"localhost:6800", b"https://localhost:6800"),
+              (b"localhost:6800", b"http://127.0.0.1:6800"),
+              (b"localhost:6800", b"http://localhost:6800/"),
+              (b"localhost:6800", b"http://me@localhost:6800"),
+              (b"localhost:6800", b"http://localhost:6800.evil.example"),
+              (b"localhost:6800", b"null"),
+              (b"localhost:6800", b""),
+              (b"localhost", b"http://localhost:8080"),
+              (b"localhost", b"ws://localhost")]
+
+    def test_origin_matching(self):
+        from netweir_serve.web.guard import is_own_origin
+        for host, origin in self.OWN:
+            self.assertTrue(is_own_origin(origin, host, False), (host, origin))
+            self.assertFalse(is_own_origin(origin, host, True), (host, origin))
+        for host, origin in self.OTHERS:
+            self.assertFalse(is_own_origin(origin, host, False), (host, origin))
+        self.assertTrue(is_own_origin(b"https://box.example", b"box.example:443", True))
+        self.assertFalse(is_own_origin(b"http://localhost:6800", None, False))
+
+    @inlineCallbacks
+    def test_own_origin_reaches_every_path(self):
+        guard = GuardedResource(tree(), credentials=None, loopback_only=True)
+        for host, origin in self.OWN:
+            for path in PATHS:
+                answer = yield self.fetch(guard, path, host=host, headers=[(b"Origin", origin)],
+                                          method=b"POST" if path != b"/" else b"GET")
+                self.assertReached(answer, path)
+
+    @inlineCallbacks
+    def test_own_origin_is_still_asked_for_the_password(self):
+        # A browser prompts on the 401, then sends the password it was given.
+        guard = GuardedResource(tree(), credentials=CREDENTIALS, loopback_only=True)
+        origin = [(b"Origin", b"http://localhost:6800")]
+        self.assertUnauthorized((yield self.fetch(guard, host=b"localhost:6800", headers=origin)))
+        answer = yield self.fetch(guard, host=b"localhost:6800",
+                                  headers=origin + [(b"Authorization", GOOD)])
+        self.assertReached(answer, b"/")
+
+    @inlineCallbacks
+    def test_other_origins_refused_on_every_path(self):
+        guard = GuardedResource(tree(), credentials=None, loopback_only=False)
+        for host, origin in self.OTHERS:
+            for path in PATHS:
+                answer = yield self.fetch(guard, path, host=host, headers=[(b"Origin", origin)])
+                self.assertRefused(answer, "web pages")
+
+    @inlineCallbacks
+    def test_origin_without_a_host_or_twice_refused(self):
+        guard = GuardedResource(tree(), credentials=None, loopback_only=False)
+        answer = yield self.fetch(guard, host=None, version=b"HTTP/1.0",
+                                  headers=[(b"Origin", b"http://localhost")])
+        self.assertRefused(answer, "web pages")
+        answer = yield self.fetch(guard, host=b"localhost:6800",
+                                  headers=[(b"Origin", b"http://localhost:6800")] * 2)
+        self.assertRefused(answer, "web pages")
+
+    @inlineCallbacks
+    def test_rebinding_page_with_its_own_origin_still_refused(self):
+        # Its origin is its own host name's, which the Host check refuses.
+        guard = GuardedResource(tree(), credentials=None, loopback_only=True)
+        answer = yield self.fetch(guard, host=b"evil.example:6800",
+                                  headers=[(b"Origin", b"http://evil.example:6800")])
+        self.assertRefused(answer, "DNS rebinding")
+
+
+@implementer(ICredentialsChecker)
+class OneUserLater:
+    """A checker that answers on a later turn of the reactor, as one
+    asking a database would."""
+
+    credentialInterfaces = (IUsernamePassword,)
+
+    def requestAvatarId(self, credentials):
+        d = Deferred()
+        ok = (credentials.username, credentials.password) == (b"later", b"pw")
+        reactor.callLater(0.01, (d.callback if ok else d.errback),
+                          b"later" if ok else UnauthorizedLogin())
+        return d
+
+
+@implementer(ICredentialsChecker)
+class Broken:
+    credentialInterfaces = (IUsernamePassword,)
+
+    def requestAvatarId(self, credentials):
+        raise OSError("the user file is gone")
+
+
+class CheckerTests(GuardTestCase):
+    """Passwords go through twisted.cred: other checkers plug in."""
+
+    @inlineCallbacks
+    def test_a_checker_beside_the_password(self):
+        checker = InMemoryUsernamePasswordDatabaseDontUse()
+        checker.addUser(b"other", b"secret")
+        guard = GuardedResource(tree(), credentials=CREDENTIALS, checkers=[checker])
+        for authorization in (GOOD, basic(b"other", b"secret")):
+            answer = yield self.fetch(guard, b"/listjobs.json",
+                                      headers=[(b"Authorization", authorization)])
+            self.assertReached(answer, b"/listjobs.json")
+        self.assertUnauthorized((yield self.fetch(guard, b"/listjobs.json", headers=[
+            (b"Authorization", basic(b"other", b"wrong"))])))
+
+    @inlineCallbacks
+    def test_a_checker_that_answers_later(self):
+        guard = GuardedResource(tree(), checkers=[OneUserLater()])
+        for path in PATHS:
+            answer = yield self.fetch(guard, path,
+                                      headers=[(b"Authorization", basic(b"later", b"pw"))])
+            self.assertReached(answer, path)
+            self.assertUnauthorized((yield self.fetch(guard, path, headers=[
+                (b"Authorization", basic(b"later", b"no"))])))
+        leaf = GuardedResource(Says(leaf=True), checkers=[OneUserLater()])
+        answer = yield self.fetch(leaf, b"/x.json",
+                                  headers=[(b"Authorization", basic(b"later", b"pw"))])
+        self.assertEqual(answer.body, b"leaf:/x.json")
+
+    @inlineCallbacks
+    def test_anonymous_access_is_a_checker_too(self):
+        guard = GuardedResource(tree(), checkers=[AllowAnonymousAccess()])
+        self.assertReached((yield self.fetch(guard, b"/listjobs.json")), b"/listjobs.json")
+
+    @inlineCallbacks
+    def test_a_failing_checker_is_a_500_and_logged(self):
+        guard = GuardedResource(tree(), checkers=[Broken()])
+        answer = yield self.fetch(guard, headers=[(b"Authorization", GOOD)])
+        self.assertEqual(answer.code, 500)
+        self.assertEqual(answer.json()["status"], "error")
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
 
 
 class HostTests(GuardTestCase):

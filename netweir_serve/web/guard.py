@@ -3,35 +3,59 @@
 Every request, whatever its path or method, passes three checks in turn
 before any resource sees it:
 
-1. It carries no ``Origin`` header: browsers add one to the requests web
-   pages make, and no other client of the service needs it.
-2. While the service listens on a loopback address, its ``Host`` header (if
-   any) names ``localhost`` or a loopback address: a page that pointed a
-   host name of its own at 127.0.0.1 (DNS rebinding) sends that name.
-3. When the service has a username and password, it carries them with
-   HTTP basic auth.
+1. Its ``Origin`` header, if it has one, names the service itself: the
+   scheme of the connection (``https`` on a TLS endpoint, else ``http``)
+   and the host and port of the request's ``Host`` header. Browsers add an
+   ``Origin`` to the requests web pages make; the service's own pages (the
+   dashboard's buttons) send their own origin, any other page another one,
+   and no other client of the service sends one at all.
+2. On a loopback endpoint, its ``Host`` header (if any) names ``localhost``
+   or a loopback address: a page that pointed a host name of its own at
+   127.0.0.1 (DNS rebinding) sends that name.
+3. When the service checks passwords, it carries a username and password
+   with HTTP basic auth that a ``twisted.cred`` checker accepts.
 
 A refused request gets the service's JSON error answer: 403 for the first
-two, 401 with a ``WWW-Authenticate`` challenge for the third.
+two, 401 with a ``WWW-Authenticate`` challenge for the third, so that a
+browser asks for the password.
+
+Passwords go through ``twisted.cred``: a ``Portal`` whose realm gives every
+user the same resource tree, and credentials checkers. ``PasswordChecker``
+is the one for ``--username``/``--password``; any other
+``ICredentialsChecker`` of ``IUsernamePassword`` (a file of users and
+hashed passwords, say) plugs in beside it or in its place.
 """
 
 import binascii
+import functools
 import hashlib
 import hmac
-import functools
 import ipaddress
 import re
 from base64 import b64decode
 
+from twisted.cred import error as cred_error
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import Anonymous, IUsernamePassword, UsernamePassword
+from twisted.cred.portal import IRealm, Portal
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web.guard import BasicCredentialFactory
 from twisted.web.resource import IResource, Resource
+from twisted.web.util import DeferredResource
 from zope.interface import implementer
 
 from netweir_serve.web.answer import write_error
 
+log = Logger()
+
+REALM_NAME = b"netweir-serve"
 REALM = b'Basic realm="netweir-serve"'
 
 _PORT = re.compile(r"[0-9]*")
 _BRACKETED = re.compile(r"\[([^\[\]]*)\](?::([0-9]*))?")
+_ORIGIN = re.compile(r"(https?)://([^/?#@\\\s]+)")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Refusal(Resource):
@@ -55,7 +79,8 @@ class Refusal(Resource):
 
 
 FROM_A_PAGE = Refusal(
-    403, "Requests from web pages are refused: this one carries an Origin header."
+    403, "Requests from other web pages are refused: this one carries an Origin header"
+    " that is not the service's own.",
 )
 REBOUND = Refusal(
     403,
@@ -69,6 +94,20 @@ UNAUTHORIZED = Refusal(
     "HTTP basic auth.",
     [(b"www-authenticate", REALM)],
 )
+CHECKER_FAILED = Refusal(500, "internal error checking the password; see the service's log")
+
+
+def _split_host(text):
+    """``(host, port)`` of a ``Host`` header or an origin's authority
+    (``text``): the host lower case, IPv6 addresses still in brackets, the
+    port a string (empty when not given); None when malformed."""
+    bracketed = _BRACKETED.fullmatch(text)
+    if bracketed:
+        return "[" + bracketed.group(1).lower() + "]", bracketed.group(2) or ""
+    host, _, port = text.partition(":")
+    if not host or not _PORT.fullmatch(port):
+        return None
+    return host.lower(), port
 
 
 @functools.lru_cache(maxsize=256)
@@ -99,6 +138,32 @@ def _is_loopback_ip(text, kind):
         return False
 
 
+@functools.lru_cache(maxsize=256)
+def is_own_origin(origin, host, secure):
+    """Whether ``origin`` (an ``Origin`` header value, bytes) is the
+    service's own for a request whose ``Host`` header is ``host`` (bytes,
+    or None when it has none) on a connection that is ``secure`` (TLS):
+    the same scheme, the same host (ignoring case) and the same port, a
+    port left out being the scheme's default, as browsers leave it out."""
+    if host is None:
+        return False
+    try:
+        origin_text, host_text = origin.decode("ascii"), host.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    match = _ORIGIN.fullmatch(origin_text)
+    if match is None:
+        return False  # "null", a path, credentials, another scheme...
+    scheme, authority = match.groups()
+    if scheme != ("https" if secure else "http"):
+        return False
+    given, served = _split_host(authority), _split_host(host_text)
+    if given is None or served is None:
+        return False
+    default = str(_DEFAULT_PORTS[scheme])
+    return (given[0], given[1] or default) == (served[0], served[1] or default)
+
+
 def basic_credentials(authorization):
     """The ``(username, password)`` bytes an ``Authorization`` header value
     gives with the Basic scheme, or ``None`` if it isn't a well-formed one
@@ -107,6 +172,10 @@ def basic_credentials(authorization):
     scheme, _, token = authorization.strip().partition(b" ")
     if scheme.lower() != b"basic":
         return None
+    return _decode_basic(token)
+
+
+def _decode_basic(token):
     try:
         pair = b64decode(token.strip(), validate=True)
         # RFC 7617 has credentials in UTF-8; other bytes can't be ours.
@@ -119,8 +188,93 @@ def basic_credentials(authorization):
     return username, password
 
 
+class StrictBasicCredentialFactory(BasicCredentialFactory):
+    """Twisted's basic auth credential factory, decoding as RFC 7617 says:
+    padded base64 and UTF-8, or no credentials at all (Twisted's own pads
+    and skips what isn't base64)."""
+
+    def decode(self, response, request):
+        pair = _decode_basic(response)
+        if pair is None:
+            raise cred_error.LoginFailed("malformed basic credentials")
+        return UsernamePassword(*pair)
+
+
 def _digest(value):
     return hashlib.sha256(value).digest()
+
+
+@implementer(ICredentialsChecker)
+class PasswordChecker:
+    """Accepts one ``username`` and ``password`` (strings), compared in
+    constant time. Only their digests are kept: values of equal length to
+    compare, which hides the lengths too, and nothing to leak in a repr."""
+
+    credentialInterfaces = (IUsernamePassword,)
+
+    def __init__(self, username, password):
+        self._username = _digest(username.encode("utf-8"))
+        self._password = _digest(password.encode("utf-8"))
+
+    def requestAvatarId(self, credentials):
+        # Both compared whatever the first gives, so that the time taken
+        # doesn't tell a right username from a wrong one. Never
+        # credentials.checkPassword: it compares with ==.
+        username_ok = hmac.compare_digest(_digest(credentials.username), self._username)
+        password_ok = hmac.compare_digest(_digest(credentials.password), self._password)
+        if username_ok and password_ok:
+            return defer.succeed(credentials.username)
+        return defer.fail(cred_error.UnauthorizedLogin())
+
+
+@implementer(ICredentialsChecker)
+class CheckerChain:
+    """Asks ``checkers`` (of the same credentials) in turn: the first to
+    accept lets the user in. A Portal keeps one checker per kind of
+    credentials, so several of one kind sit behind one of these."""
+
+    def __init__(self, checkers, interface):
+        self.checkers = tuple(checkers)
+        self.credentialInterfaces = (interface,)
+
+    def requestAvatarId(self, credentials, _start=0):
+        if _start == len(self.checkers):
+            return defer.fail(cred_error.UnauthorizedLogin())
+        d = defer.maybeDeferred(self.checkers[_start].requestAvatarId, credentials)
+
+        def next_one(failure):
+            failure.trap(cred_error.UnauthorizedLogin, cred_error.UnhandledCredentials)
+            return self.requestAvatarId(credentials, _start + 1)
+
+        return d.addErrback(next_one)
+
+
+def portal_for(resource, checkers):
+    """A Portal letting in whom ``checkers`` accept, to ``resource``."""
+    by_interface = {}
+    for checker in checkers:
+        for interface in checker.credentialInterfaces:
+            by_interface.setdefault(interface, []).append(checker)
+    portal = Portal(SiteRealm(resource))
+    for interface, found in by_interface.items():
+        # Registered for this interface alone: a checker of several would
+        # otherwise take over the others' chains.
+        portal.registerChecker(
+            found[0] if len(found) == 1 else CheckerChain(found, interface), interface)
+    return portal
+
+
+@implementer(IRealm)
+class SiteRealm:
+    """Every user who gets in gets the same ``resource`` tree."""
+
+    def __init__(self, resource):
+        self.resource = resource
+
+    def requestAvatar(self, avatarId, mind, *interfaces):
+        if IResource not in interfaces:
+            raise NotImplementedError("netweir-serve's realm gives only web resources")
+        return IResource, self.resource, lambda: None
 
 
 @implementer(IResource)
@@ -129,51 +283,81 @@ class GuardedResource:
     checked (see this module) before ``wrapped`` or any resource under it
     sees it.
 
-    ``credentials`` is ``None`` (no authentication) or a
-    ``(username, password)`` pair of strings. ``loopback_only`` says the
-    service listens on a loopback address, which turns the Host check on.
+    ``credentials`` is ``None`` or a ``(username, password)`` pair of
+    strings, checked by a ``PasswordChecker``; ``checkers`` are more
+    ``ICredentialsChecker`` providers. With neither, nobody is asked for a
+    password. ``loopback_only`` says the request came on a loopback
+    endpoint, which turns the Host check on.
     """
 
-    def __init__(self, wrapped, credentials=None, loopback_only=True):
+    def __init__(self, wrapped, credentials=None, loopback_only=True, checkers=()):
         self._wrapped = wrapped
         self._loopback_only = loopback_only
-        # Only digests are kept: equal-length values to compare in constant
-        # time, which hides the lengths too, and nothing to leak in a repr.
-        self._credentials = None
+        checkers = list(checkers)
         if credentials is not None:
-            username, password = credentials
-            self._credentials = (
-                _digest(username.encode("utf-8")),
-                _digest(password.encode("utf-8")),
-            )
+            checkers.insert(0, PasswordChecker(*credentials))
+        self._portal = portal_for(wrapped, checkers) if checkers else None
+        self._factory = StrictBasicCredentialFactory(REALM_NAME)
 
     def check(self, request):
-        """The ``Refusal`` to answer ``request`` with, or ``None`` if it
-        may go on. Usable on its own by code outside this resource tree."""
+        """The ``Refusal`` to answer ``request`` with, or ``None`` if it may
+        go on. Usable on its own by code outside this resource tree, with
+        checkers that answer at once (``PasswordChecker`` does; for one that
+        answers later, use ``screen`` and then ``authorized``)."""
+        entered = self._enter(request)
+        if isinstance(entered, _Waiting):
+            raise RuntimeError("a credentials checker answers later: use authorized()")
+        return None if entered is self._wrapped else entered
+
+    def screen(self, request):
+        """The ``Refusal`` the Origin and Host checks answer ``request``
+        with, or ``None`` if it may go on to the password check."""
         headers = request.requestHeaders
-        if headers.hasHeader(b"origin"):
+        origin = headers.getRawHeaders(b"origin")
+        host = headers.getRawHeaders(b"host")
+        if origin is not None and not _origin_is_own(origin, host, _secure(request)):
             return FROM_A_PAGE
-        if self._loopback_only and not _host_is_loopback(headers.getRawHeaders(b"host")):
+        if self._loopback_only and not _host_is_loopback(host):
             return REBOUND
-        if self._credentials is not None and not self._authorized(
-            headers.getRawHeaders(b"authorization")
-        ):
-            return UNAUTHORIZED
         return None
 
-    def _authorized(self, values):
-        if values is None or len(values) != 1:
-            return False
-        given = basic_credentials(values[0])
-        if given is None:
-            return False
-        username, password = given
-        expected_username, expected_password = self._credentials
-        # Both compared whatever the first gives, so that the time taken
-        # doesn't tell a right username from a wrong one.
-        username_ok = hmac.compare_digest(_digest(username), expected_username)
-        password_ok = hmac.compare_digest(_digest(password), expected_password)
-        return username_ok and password_ok
+    def authorized(self, request):
+        """A Deferred of the resource tree ``request`` may enter, or of the
+        ``Refusal`` to answer it with (401, or 500 when a checker fails)."""
+        if self._portal is None:
+            return defer.succeed(self._wrapped)
+        d = self._portal.login(self._credentials(request), None, IResource)
+        return d.addCallbacks(lambda avatar: avatar[1], self._refused)
+
+    def _credentials(self, request):
+        values = request.requestHeaders.getRawHeaders(b"authorization")
+        if values is None:
+            return Anonymous()
+        scheme, _, response = values[0].strip().partition(b" ")
+        if len(values) != 1 or scheme.lower() != self._factory.scheme:
+            return _NO_CREDENTIALS
+        try:
+            return self._factory.decode(response, request)
+        except cred_error.LoginFailed:
+            return _NO_CREDENTIALS
+
+    @staticmethod
+    def _refused(failure):
+        if failure.check(cred_error.LoginFailed, cred_error.Unauthorized):
+            return UNAUTHORIZED
+        log.failure("a credentials checker failed", failure)
+        return CHECKER_FAILED
+
+    def _enter(self, request):
+        """The resource to go on with: a Refusal, the tree, or a
+        DeferredResource while a checker has not answered yet."""
+        refusal = self.screen(request)
+        if refusal is not None:
+            return refusal
+        # Checkers in memory or in a file answer at once: then so does this.
+        answered = []
+        d = self.authorized(request).addCallback(lambda found: answered.append(found) or found)
+        return answered[0] if answered else _Waiting(d)
 
     # IResource. Site traverses from the root with getChildWithDefault, and
     # renders the root itself only when it is a leaf: checking in both
@@ -184,19 +368,52 @@ class GuardedResource:
         return self._wrapped.isLeaf
 
     def getChildWithDefault(self, name, request):
-        refusal = self.check(request)
-        if refusal is not None:
-            return refusal
+        entered = self._enter(request)
+        if isinstance(entered, _Waiting):
+            # Traversed again from the tree once a checker answers.
+            request.postpath.insert(0, request.prepath.pop())
+            return entered.resource()
+        if entered is not self._wrapped:
+            return entered
         return self._wrapped.getChildWithDefault(name, request)
 
     def putChild(self, path, child):
         self._wrapped.putChild(path, child)
 
     def render(self, request):
-        refusal = self.check(request)
-        if refusal is not None:
-            return refusal.render(request)
-        return self._wrapped.render(request)
+        entered = self._enter(request)
+        if isinstance(entered, _Waiting):
+            return entered.resource().render(request)
+        return entered.render(request)
+
+
+class _Waiting:
+    """A login whose checker answers later."""
+
+    def __init__(self, deferred):
+        self.deferred = deferred
+
+    def resource(self):
+        return DeferredResource(self.deferred)
+
+
+class _NoCredentials:
+    """What a malformed Authorization header gives: no checker handles it."""
+
+
+_NO_CREDENTIALS = _NoCredentials()
+
+
+def _origin_is_own(values, host, secure):
+    if len(values) != 1 or host is None or len(host) != 1:
+        return False
+    return is_own_origin(values[0], host[0], secure)
+
+
+def _secure(request):
+    # A test's DummyRequest has no isSecure; it is no TLS connection either.
+    is_secure = getattr(request, "isSecure", None)
+    return bool(is_secure and is_secure())
 
 
 def _host_is_loopback(values):
