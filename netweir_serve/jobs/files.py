@@ -18,9 +18,12 @@ class JobFiles:
     log: str
     items: str
     stats: str
+    # DIR/history/P/S/JOB.jsonl, the stats over time (jobs/history.py).
+    history: str = None
 
     def all(self):
-        return (self.log, self.items, self.stats)
+        return tuple(p for p in (self.log, self.items, self.stats, self.history)
+                     if p is not None)
 
 
 def job_files(directory, project, spider, jobid):
@@ -29,6 +32,7 @@ def job_files(directory, project, spider, jobid):
         log=os.path.join(directory, "logs", project, spider, jobid + ".log"),
         items=os.path.join(directory, "items", project, spider, jobid + ".jsonl"),
         stats=os.path.join(directory, "stats", project, spider, jobid + ".json"),
+        history=os.path.join(directory, "history", project, spider, jobid + ".jsonl"),
     )
 
 

@@ -2,6 +2,7 @@
 
 from twisted.internet import defer
 
+from ..jobs.history import read_history
 from ..jobs.policies import RunningSet
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
@@ -16,6 +17,9 @@ from .views import job_entry, stats_entry
 # what scrapyd clients send to pick an egg; there are no eggs here.
 SCHEDULE_PARAMETERS = ("project", "spider", "setting", "jobid", "priority", "_version")
 
+# jobstats.json's history parameter: any of these asks for the series.
+HISTORY_YES = ("1", "true", "yes")
+
 # scrapyd's cancel.json takes a signal name; these mean "stop now".
 KILL_SIGNALS = ("KILL", "SIGKILL", "9")
 
@@ -23,7 +27,7 @@ class Api:
     """What the endpoints work with: the parts of the service they call."""
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
-                 max_per_spider=None):
+                 max_per_spider=None, history=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -33,6 +37,8 @@ class Api:
         self.timetable = timetable
         # For saying why a pending job waits (listjobs.json).
         self.max_per_spider = max_per_spider
+        # The jobs' stats over time (jobs/history.py), for jobstats.json.
+        self.history = history
 
     def project(self, params, key="project"):
         """The served Project named by ``key``; ApiError when it is not."""
@@ -170,14 +176,22 @@ class ListJobs(ApiEndpoint):
 
 
 class JobStats(ApiEndpoint):
+    """A job's stats; with ``history=1``, its stats over time too."""
+
     def answer(self, params, request):
         jobid = params.name("job", "job id")
-        return self.api.store.get(jobid).addCallback(self._entry, jobid).addErrback(refused)
+        history = (params.get("history") or "0").lower() in HISTORY_YES
+        return self.api.store.get(jobid).addCallback(self._entry, jobid, history).addErrback(
+            refused)
 
-    def _entry(self, record, jobid):
+    def _entry(self, record, jobid, history=False):
         if record is None:
             raise ApiError(404, f"no job {jobid!r}")
-        return stats_entry(record, self.api.launcher.running_stats(record.id))
+        entry = stats_entry(record, self.api.launcher.running_stats(record.id))
+        if history:
+            entry["history"] = (read_history(self.api.history.path_of(record))
+                                if self.api.history is not None else [])
+        return entry
 
 
 class Status(ApiEndpoint):
