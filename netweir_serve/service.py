@@ -192,7 +192,7 @@ def makeService(config, reactor):
     timetable = Timetable(store, submitter, reactor, environ=os.environ)
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
               max_per_spider=config.max_jobs_per_spider)
-    root = Root(api, config.directory, pages=site_pages(api), listers=listers())
+    root = Root(api, config.directory, pages=site_pages(api), listers=listers(config.projects))
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
                      requestFactory=ServeRequest, reactor=reactor)
     site.displayTracebacks = False

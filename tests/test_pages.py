@@ -250,6 +250,34 @@ class ListingTests(unittest.TestCase):
         self.assertIn(f"<title>Directory listing for {path}</title>", text)
         return text
 
+    def test_top_level_lists_each_served_project_once(self):
+        # A job scheduled as SHOP writes in shop's folders: shop is listed once.
+        jobid = self.daemon.must_schedule("SHOP", "echo", jobid="upper-case-project")
+        self.daemon.wait_state(jobid, "finished")
+        for tree in ("logs", "items"):
+            text = self.listing(f"/{tree}/")
+            self.assertIn(f"Directory listing for /{tree}/", text)
+            rows = listing_rows(text)
+            self.assertEqual(rows, [("news/", "news/", "", "[Directory]"),
+                                    ("shop/", "shop/", "", "[Directory]")])
+            cells = TableCells()
+            cells.feed(text)
+            self.assertEqual(cells.rows, [["news/", "", "[Directory]", ""],
+                                          ["shop/", "", "[Directory]", ""]])
+            for href, *_ in rows:
+                self.listing(urljoin(f"/{tree}/", href))
+
+    def test_a_served_project_without_jobs_lists_empty(self):
+        # news has no job of its own in these tests, but is listed at the top.
+        for path in ("/logs/news/", "/items/NEWS/"):
+            self.assertEqual(listing_rows(self.listing(path)), [])
+
+    def test_top_levels_without_the_slash_redirect(self):
+        for path in ("/logs", "/items"):
+            status, headers, _ = self.daemon.call("GET", path)
+            self.assertIn(status, (301, 302), path)
+            self.assertEqual(headers["Location"], path + "/")
+
     def test_project_level_lists_spider_folders(self):
         for tree in ("logs", "items"):
             rows = listing_rows(self.listing(f"/{tree}/shop/"))
@@ -279,8 +307,7 @@ class ListingTests(unittest.TestCase):
             self.assertEqual(headers["Location"], path + "/")
 
     def test_what_is_not_kept_is_not_found(self):
-        # The top level stays a 404: the conformance suite expects it.
-        for path in ("/logs/", "/logs", "/items/", "/items", "/logs/nosuch/", "/logs/nosuch",
+        for path in ("/logs/nosuch/", "/logs/nosuch", "/items/nosuch/",
                      "/logs/shop/nosuch/", "/logs/.hidden/", "/items/shop/echo/x.txt"):
             status, headers, body = self.daemon.call("GET", path)
             self.assertEqual((status, headers["Content-Type"]), (404, "application/json"), path)

@@ -19,9 +19,11 @@ rule, and job files. An items file is stored as JOB.jsonl and listed as
 JOB.jl, the name listjobs.json gives as its ``items_url``: one row per job,
 and the file name less its extension is the job id, as dashboards expect.
 
-The top level (/logs/, /items/) is not listed unless ``top_level`` is set:
-the service's endpoint table has no such path and its conformance suite
-expects a 404 there.
+The top level (/logs/, /items/) lists the served projects, each once, by
+the name its --project gives (a job scheduled as SHOP writes in the
+folder of shop); a served project that has no job files yet is listed
+too, and its own listing is empty rather than missing. Projects that are
+no longer served are not listed (their files stay reachable by path).
 """
 
 import os
@@ -65,6 +67,11 @@ def folder_rows(directory):
             if is_name(entry.name) and entry.is_dir(follow_symlinks=False):
                 rows.append((entry.name + "/", entry.name + "/", "", "[Directory]"))
     return sorted(rows)
+
+
+def project_rows(projects):
+    """(name, href, size, type) of each served project, as a folder."""
+    return [(name + "/", name + "/", "", "[Directory]") for name in projects.names()]
 
 
 def file_rows(directory, kind):
@@ -112,18 +119,21 @@ class DirectoryLister:
     Listing runs on the reactor thread: a spider's folder holds at most
     --keep job files, so reading it costs about as much as a stat each."""
 
-    def __init__(self, kind, top_level=False):
+    def __init__(self, kind, projects=None):
         self.kind = kind
-        self.top_level = top_level
+        # The ProjectTable the top level lists; None: no top level (404).
+        self.projects = projects
 
     def __call__(self, request, root, parts):
-        if not parts and not self.top_level:
+        if not parts and self.projects is None:
             return write_error(request, 404, "no such path")
         refused = refuse_method(request)
         if refused is not None:
             return refused
         directory = os.path.join(root, *parts)
-        if not os.path.isdir(directory):
+        served = self.projects is not None and (
+            not parts or (len(parts) == 1 and self.projects.get(parts[0]) is not None))
+        if not served and not os.path.isdir(directory):
             return write_error(request, 404, "no such path (no job of that project or"
                                " spider has written here, or they were all forgotten)")
         path = request.path.decode("utf-8", "replace")
@@ -133,8 +143,12 @@ class DirectoryLister:
             request.setHeader(b"content-length", str(len(body)).encode("ascii"))
             return b"" if request.method == b"HEAD" else body
         try:
-            rows = (file_rows(directory, self.kind) if len(parts) == 2
-                    else folder_rows(directory))
+            if not parts:
+                rows = project_rows(self.projects)
+            elif len(parts) == 2:
+                rows = file_rows(directory, self.kind)
+            else:
+                rows = folder_rows(directory) if os.path.isdir(directory) else []
         except OSError:
             return write_error(request, 404, "no such path")
         return write_html(request, listing_html(path, rows))
@@ -146,7 +160,8 @@ def _with_slash(request):
     return request.path + b"/" + (b"?" + query if query else b"")
 
 
-def listers(top_level=False):
-    """{tree: lister} for Root's ``listers``."""
-    return {b"logs": DirectoryLister(LOGS, top_level),
-            b"items": DirectoryLister(ITEMS, top_level)}
+def listers(projects=None):
+    """{tree: lister} for Root's ``listers``; the top levels list
+    ``projects`` (a ProjectTable), or answer 404 without it."""
+    return {b"logs": DirectoryLister(LOGS, projects),
+            b"items": DirectoryLister(ITEMS, projects)}
