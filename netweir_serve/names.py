@@ -40,6 +40,27 @@ def fold(name):
     return name.lower()
 
 
+def setting_name(key):
+    """The Netweir setting a ``setting=KEY=VALUE`` names: a key in capitals
+    (``MAX_ITEMS``, all a Scrapy-style form like ScrapydWeb's lets through)
+    is the setting of that name in lower case, since every Netweir setting
+    name is lower case; any other key is itself."""
+    return key.lower() if isinstance(key, str) and key.isupper() else key
+
+
+def spelled_settings(pairs):
+    """``(pairs, spelled)``: ``pairs`` with each key a setting name
+    (``setting_name``), and ``{setting name: key as given}`` for each key
+    that changed, so that a refusal can name what the user typed."""
+    named, spelled = [], {}
+    for key, value in pairs:
+        name = setting_name(key)
+        if name != key:
+            spelled[name] = key
+        named.append((name, value))
+    return tuple(named), spelled
+
+
 def new_job_id():
     """A random 32-hex-digit job id, as scrapyd makes them."""
     return secrets.token_hex(16)

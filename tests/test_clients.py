@@ -8,6 +8,7 @@ test_pages: each test schedules jobs of its own and looks only at those.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,16 @@ class PythonScrapydApiTests(unittest.TestCase):
                 self.api.schedule("shop", "echo", settings={name: value})
             self.assertIn("400 error", str(caught.exception))
             self.assertIn(name, str(caught.exception))
+
+
+    def test_a_capitalised_netweir_setting_reaches_the_crawl(self):
+        # What ScrapydWeb's run form can send: MAX_ITEMS=3 is max_items=3.
+        jobid = self.api.schedule("shop", "books", settings={"MAX_ITEMS": "3"})
+        entry = self.daemon.wait_state(jobid, "finished")
+        self.assertEqual(entry["outcome"], "finished")
+        self.assertEqual(len(items_of(self.daemon, entry)), 3)
+        stats = self.daemon.stats(jobid)["stats"]
+        self.assertEqual((stats["items"], stats["finish_reason"]), (3, "max_items"))
 
 
 class CancelTests(unittest.TestCase):
@@ -249,6 +260,16 @@ class CompatibilityTests(unittest.TestCase):
         self.assertEqual((status, sorted(answer["spiders"])), (200, SPIDERS))
         _, entry = echo_job()
         self.assertNotIn("_version", json.dumps(entry))
+
+    def test_top_of_the_trees_lists_the_projects(self):
+        # scrapyd-api's logs() and ScrapydWeb's Logs and Items menus.
+        for tree in ("logs", "items"):
+            answer = requests.get(f"{url(self.daemon)}/{tree}", timeout=30)
+            self.assertEqual(answer.status_code, 200)
+            self.assertTrue(answer.url.endswith(f"/{tree}/"))
+            self.assertIn(f"Directory listing for /{tree}/", answer.text)
+            self.assertEqual(re.findall(r'<td><a href="(\w+)/">', answer.text),
+                             ["news", "shop"])
 
     def test_requests_follows_a_listing_redirect(self):
         # scrapyd-api asks for /logs/P/S without the slash.

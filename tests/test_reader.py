@@ -428,6 +428,25 @@ class CheckJobTests(InspectorCase):
         self.assertEqual([(job.spider, job.settings) for job in jobs], cases)
 
     @defer.inlineCallbacks
+    def test_a_setting_in_capitals_is_netweirs_in_lower_case(self):
+        # ScrapydWeb's run form passes only names of capitals and underscores.
+        job = yield self.check(settings=["MAX_ITEMS=5", ("CONCURRENCY", "2"),
+                                         ("CHECKPOINT", "cp")])
+        self.assertEqual(job.settings,
+                         (("max_items", "5"), ("concurrency", "2"), ("checkpoint", "cp")))
+        message = yield self.refusal(self.check(settings=[("CONCURRENCY", "0")]))
+        self.assertIn("concurrency", message)
+        # Mixed case is not a capitalised name: refused as typed.
+        message = yield self.refusal(self.check(settings=[("Max_Items", "5")]))
+        self.assertIn("unknown setting 'Max_Items'", message)
+
+    @defer.inlineCallbacks
+    def test_a_capitalised_path_setting_is_checked_as_one(self):
+        message = yield self.refusal(self.check(settings=[("CHECKPOINT", "/etc")]))
+        self.assertIn("checkpoint", message)
+        self.assertIn("relative path", message)
+
+    @defer.inlineCallbacks
     def test_settings_may_be_given_as_text(self):
         job = yield self.check(settings=["max_items=5", "checkpoint=cp"])
         self.assertEqual(job.settings, (("max_items", "5"), ("checkpoint", "cp")))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from twisted.internet import defer
 
+from ..names import spelled_settings
 from ..spiders.runners import InspectError
 from . import datapaths, policies
 from .records import DuplicateJob
@@ -108,7 +109,8 @@ class JobSubmitter:
                 raise DuplicateJob(request.jobid)
         data_dir = self.data_dir(project)
         try:
-            prepared = datapaths.prepare_all(data_dir, request.settings)
+            # By setting name: CHECKPOINT=x is checkpoint=x (names.setting_name).
+            prepared = datapaths.prepare_all(data_dir, spelled_settings(request.settings)[0])
         except ValueError as e:
             raise JobRefused(str(e)) from None
         try:

@@ -260,9 +260,11 @@ def _number(key, raw, kind, what):
         raise Refusal(f"setting {key} takes {what}, not {raw!r}") from None
 
 
-def _parse_settings(pairs, fields):
+def _parse_settings(pairs, fields, spelled=None):
     """The overrides ``pairs`` ask for, by name (a later pair wins, as with
-    repeated ``-s``); raises Refusal for a malformed or unknown one."""
+    repeated ``-s``); raises Refusal for a malformed or unknown one, naming
+    it as ``spelled`` says it was typed ({name: as given})."""
+    spelled = spelled or {}
     overrides = {}
     for key, raw in pairs:
         if raw is None:
@@ -270,7 +272,7 @@ def _parse_settings(pairs, fields):
         if not key:
             raise Refusal(f"setting {'=' + raw!r} has no name: give it as setting=KEY=VALUE")
         if key not in fields:
-            raise _unknown_setting(key, fields)
+            raise _unknown_setting(spelled.get(key, key), fields)
         overrides[key] = parse_setting_value(key, raw, str(fields[key].type))
     return overrides
 
@@ -343,12 +345,13 @@ def _check_arguments(pairs):
         seen.add(name)
 
 
-def check_job(project, spider_name, setting_pairs, argument_pairs):
+def check_job(project, spider_name, setting_pairs, argument_pairs, spelled=None):
     """``{"spider": NAME, "file": PATH}`` if the job could start; raises
-    Refusal saying what would stop it."""
+    Refusal saying what would stop it (a setting named as ``spelled``
+    says it was typed: {setting name: as given})."""
     spider = _find_spider(project, _load_project(project), spider_name)
     fields = settings_fields()
-    overrides = _parse_settings(setting_pairs, fields)
+    overrides = _parse_settings(setting_pairs, fields, spelled)
     _login_from_environment(spider.cls.settings, overrides, fields)
     _apply_settings(spider, overrides)
     _check_arguments(argument_pairs)
@@ -365,7 +368,8 @@ def answer(request):
             return {"ok": True, "result": list_spiders(project)}
         if request["op"] == "check":
             result = check_job(
-                project, request["spider"], request["settings"], request["arguments"]
+                project, request["spider"], request["settings"], request["arguments"],
+                request.get("spelled"),
             )
             return {"ok": True, "result": result}
         return {"ok": False, "error": f"unknown request {request['op']!r}"}

@@ -22,6 +22,7 @@ from zope.interface import implementer
 
 from ..jobs import datapaths
 from ..jobs.interfaces import ISpiderReader
+from ..names import spelled_settings
 from .runners import InspectError, OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
@@ -53,7 +54,8 @@ class CheckedJob:
     """A job that passed every check that can be made before it starts.
 
     ``settings`` are the ``(key, value)`` pairs as the user gave them, in
-    their order: path settings are still relative, for the launcher to
+    their order, each key the setting it names (``MAX_ITEMS`` given is
+    ``max_items`` here): path settings are still relative, for the launcher to
     resolve again (``datapaths.resolve_settings``) when the job starts."""
 
     project: str
@@ -114,7 +116,9 @@ class SpiderReader:
         ``settings`` and ``arguments``; fails with InspectError saying why not.
 
         ``settings``: ``(key, value)`` pairs as the user gave them (see
-        ``split_setting``; a ``"KEY=VALUE"`` string is split the same way),
+        ``split_setting``; a ``"KEY=VALUE"`` string is split the same way;
+        a key in capitals names the setting in lower case, see
+        ``names.setting_name``, and the CheckedJob has it so),
         checked as ``netweir crawl -s`` reads them, on top of the spider's
         own settings. Path settings must lie inside ``data_dir``
         (``DIR/data/PROJECT``; see datapaths), and are checked there as
@@ -126,7 +130,7 @@ class SpiderReader:
         )
 
     def _check_job(self, project, spider, settings, arguments, data_dir):
-        settings = tuple(
+        settings, spelled = spelled_settings(
             split_setting(item) if isinstance(item, str) else tuple(item) for item in settings
         )
         arguments = tuple(tuple(item) for item in arguments)
@@ -138,6 +142,8 @@ class SpiderReader:
             "op": "check",
             "spider": spider,
             "settings": resolved,
+            # MAX_ITEMS is max_items, but a refusal names what was typed.
+            "spelled": spelled,
             "arguments": arguments,
         }
         checked = self._ask(project, request)
