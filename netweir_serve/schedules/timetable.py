@@ -272,6 +272,10 @@ class Timetable:
         """Deferred list of ScheduleRecords, oldest first."""
         return self._store.schedules(project)
 
+    def has(self, name):
+        """Whether schedule ``name`` exists (False once it is deleted)."""
+        return fold(name) in self._schedules
+
     def zone_of(self, record):
         """The tzinfo a schedule's times are shown in (its own zone, also
         once it is deleted; UTC for a zone the system no longer knows)."""

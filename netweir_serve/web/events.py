@@ -1,0 +1,242 @@
+"""GET /events: job and schedule changes as server-sent events.
+
+Each change is encoded once, by the ``EventHub``, and written to every
+open stream:
+
+- ``event: job``: the job's listjobs.json entry, plus ``state``, ``time``
+  (epoch seconds of the event) and ``stats`` (while it runs: its latest
+  stats; once finished: its final ones), on every change of a job (queued,
+  started, a cancel asked, ended) and on every new stats snapshot;
+- ``event: schedule``: the schedule's listschedules.json entry, plus
+  ``deleted`` (true once it is deleted), when a schedule is added, fires,
+  is paused, resumed or deleted.
+
+A comment line goes to every stream each ``keepalive`` seconds (15), so
+that proxies and browsers keep an idle stream open.
+
+The request deadline (web/limits.py) covers receiving the request only:
+once a request is whole, its answer is never timed, however long it
+streams. The connection caps and the guard apply as to any request: the
+stream is a child of the guarded root.
+
+A slow reader cannot make a stream grow without bound. Each stream is a
+push producer of its request: when the connection's write buffer is full
+the transport pauses it, and from then on it keeps only the latest event
+of each job or schedule (later ones replace earlier ones, in place), to
+be written when the transport resumes it. If more than ``max_pending``
+jobs and schedules are waiting that way, the reader is too far behind to
+catch up: its connection is closed, and a browser's EventSource connects
+again (the dashboard then reads the listings afresh).
+"""
+
+import json
+import time
+from collections import OrderedDict
+
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+from zope.interface import implementer
+
+from ..jobs.records import FINISHED, RUNNING
+from ..names import fold
+from .answer import write_error
+from .pages import refuse_method
+from .views import job_entry, schedule_entry
+
+log = Logger()
+
+EVENT_STREAM_TYPE = b"text/event-stream; charset=utf-8"
+KEEPALIVE_SECONDS = 15.0
+MAX_PENDING = 256
+# What a browser's EventSource waits before connecting again (ms).
+RETRY_MS = 2000
+
+
+def event_bytes(kind, data):
+    """One server-sent event: ``kind`` and ``data`` (JSON on one line)."""
+    return (f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n"
+            ).encode("utf-8")
+
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+@implementer(IPushProducer)
+class EventStream:
+    """One open /events answer; registered as its request's producer."""
+
+    def __init__(self, hub, request, max_pending):
+        self.hub = hub
+        self.request = request
+        self._max_pending = max_pending
+        self._paused = False
+        self._pending = OrderedDict()
+        self.closed = False
+
+    def send(self, key, data):
+        if self.closed:
+            return
+        if not self._paused:
+            self.request.write(data)
+            return
+        self._pending[key] = data
+        self._pending.move_to_end(key)
+        if len(self._pending) > self._max_pending:
+            log.info("an /events reader fell {n} events behind: closing its stream",
+                     n=len(self._pending))
+            self.close()
+            transport = getattr(self.request.channel, "transport", None)
+            if transport is not None:
+                transport.abortConnection()
+
+    def keepalive(self):
+        # A paused stream has data waiting already.
+        if not self.closed and not self._paused:
+            self.request.write(KEEPALIVE)
+
+    def pending(self):
+        """How many events wait for the transport (for tests)."""
+        return len(self._pending)
+
+    # IPushProducer
+
+    def pauseProducing(self):
+        self._paused = True
+
+    def resumeProducing(self):
+        self._paused = False
+        while self._pending and not self._paused and not self.closed:
+            _, data = self._pending.popitem(last=False)
+            self.request.write(data)
+
+    def stopProducing(self):
+        self.close()
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self._pending.clear()
+            self.hub.remove(self)
+
+
+class EventHub:
+    """Hears job events and schedule changes, and sends each to every
+    stream. ``clock`` provides IReactorTime (the keep-alive timer);
+    ``running_stats(jobid)`` is ``ILauncher.running_stats``; ``time`` gives
+    the events' wall-clock time. Tell it the Timetable with
+    ``show_schedules(timetable)`` for the schedule events' times and
+    ``deleted``."""
+
+    def __init__(self, clock, running_stats, keepalive=KEEPALIVE_SECONDS,
+                 max_pending=MAX_PENDING, time=time.time):
+        self._clock = clock
+        self._running_stats = running_stats
+        self._keepalive = keepalive
+        self._max_pending = max_pending
+        self._time = time
+        self._timetable = None
+        self._streams = []
+        self._timer = None
+
+    def show_schedules(self, timetable):
+        self._timetable = timetable
+
+    def subscribe(self, events):
+        return events.subscribe(self.job_heard)
+
+    def streams(self):
+        return len(self._streams)
+
+    # -- events ------------------------------------------------------------------
+
+    def job_heard(self, kind, record):
+        if not self._streams:
+            return
+        entry = job_entry(record)
+        entry["state"] = record.state
+        entry["time"] = round(self._time(), 3)
+        if record.state == RUNNING:
+            entry["stats"] = self._running_stats(record.id)
+            entry["cancel_requested"] = record.cancel_requested
+        elif record.state == FINISHED:
+            entry["stats"] = record.stats
+        self._broadcast(("job", fold(record.id)), event_bytes("job", entry))
+
+    def schedule_changed(self, record):
+        if not self._streams or self._timetable is None:
+            return
+        entry = schedule_entry(record, self._timetable.zone_of(record))
+        entry["deleted"] = not self._timetable.has(record.name)
+        self._broadcast(("schedule", fold(record.name)), event_bytes("schedule", entry))
+
+    def _broadcast(self, key, data):
+        for stream in list(self._streams):
+            stream.send(key, data)
+
+    # -- streams -----------------------------------------------------------------
+
+    def open(self, request):
+        """Starts the answer to ``request`` and keeps it open; the stream."""
+        stream = EventStream(self, request, self._max_pending)
+        request.setHeader(b"content-type", EVENT_STREAM_TYPE)
+        request.setHeader(b"cache-control", b"no-store")
+        # nginx and other proxies would otherwise hold the events back.
+        request.setHeader(b"x-accel-buffering", b"no")
+        request.registerProducer(stream, True)
+        self._streams.append(stream)
+        request.notifyFinish().addBoth(lambda _: stream.close())
+        # Sends the headers now, so that the client's "open" fires at once.
+        request.write(f"retry: {RETRY_MS}\n: connected\n\n".encode("ascii"))
+        self._arm()
+        return stream
+
+    def remove(self, stream):
+        if stream in self._streams:
+            self._streams.remove(stream)
+        if not self._streams and self._timer is not None and self._timer.active():
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self):
+        if self._timer is None or not self._timer.active():
+            self._timer = self._clock.callLater(self._keepalive, self._beat)
+
+    def _beat(self):
+        self._timer = None
+        for stream in list(self._streams):
+            stream.keepalive()
+        if self._streams:
+            self._arm()
+
+    def close_all(self):
+        """Ends every stream (the service stops)."""
+        for stream in list(self._streams):
+            stream.close()
+            if not stream.request.finished:
+                stream.request.unregisterProducer()
+                stream.request.finish()
+
+
+class Events(Resource):
+    """The /events resource."""
+
+    isLeaf = True
+
+    def __init__(self, hub):
+        super().__init__()
+        self.hub = hub
+
+    def render(self, request):
+        if request.postpath:
+            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
+        refused = refuse_method(request)
+        if refused is not None:
+            return refused
+        if request.method == b"HEAD":
+            request.setHeader(b"content-type", EVENT_STREAM_TYPE)
+            request.setHeader(b"cache-control", b"no-store")
+            return b""
+        self.hub.open(request)
+        return NOT_DONE_YET
