@@ -26,6 +26,7 @@ from .web.api import Api
 from .web.guard import GuardedResource
 from .web.limits import limit
 from .web.listings import listers
+from .web.liststats import LogParserStats
 from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
@@ -192,7 +193,9 @@ def makeService(config, reactor):
     timetable = Timetable(store, submitter, reactor, environ=os.environ)
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
               max_per_spider=config.max_jobs_per_spider)
-    root = Root(api, config.directory, pages=site_pages(api), listers=listers(config.projects))
+    root = Root(api, config.directory, pages=site_pages(api), listers=listers(config.projects),
+                log_files={b"stats.json": LogParserStats(store, launcher, config.directory,
+                                                         reactor)})
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
                      requestFactory=ServeRequest, reactor=reactor)
     site.displayTracebacks = False

@@ -1,0 +1,183 @@
+"""GET /metrics, read with prometheus_client's own parser: the collector
+fed by events, and a real daemon before and after jobs end with each
+outcome."""
+
+import os
+import signal
+
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet import defer
+from twisted.trial import unittest
+
+from netweir_serve.jobs.events import ENDED, STARTED, JobEvents
+from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord
+from netweir_serve.schedules.records import ScheduleRecord
+from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
+from prometheus_client import generate_latest
+
+from .processes import kill_groups, wait_until
+from .test_jobs import CrawlTestCase
+
+
+def samples(text):
+    """{(name, sorted label pairs): value} of a /metrics text."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(found, name, **labels):
+    return found.get((name, tuple(sorted(labels.items()))), 0)
+
+
+def job(**changes):
+    fields = dict(id="j1", project="shop", spider="books", spider_file="/x.py")
+    fields.update(changes)
+    return JobRecord(**fields)
+
+
+class FakeStore:
+    def __init__(self):
+        self.version = 1
+        self.lists = ([], [], [])
+        self.reads = 0
+
+    def jobs(self, project=None):
+        self.reads += 1
+        return defer.succeed(self.lists)
+
+
+class CollectorTests(unittest.TestCase):
+    def setUp(self):
+        self.store = FakeStore()
+        self.events = JobEvents()
+        self.metrics = ServiceMetrics(self.store, lambda: 3, 4, lambda: 2)
+        self.metrics.subscribe(self.events)
+        self.registry = metrics_registry(self.metrics)
+
+    def render(self):
+        self.metrics.refresh()
+        return samples(generate_latest(self.registry).decode())
+
+    def test_counts_each_outcome_durations_waits_items_and_requests(self):
+        self.events.publish(STARTED, job(state=RUNNING, created=100.0, start_time=103.0))
+        for n, outcome in enumerate(("finished", "failed", "cancelled", "lost")):
+            self.events.publish(ENDED, job(
+                id=f"j{n}", state=FINISHED, outcome=outcome, start_time=100.0,
+                end_time=100.0 + 10 ** n, stats={"items": 5, "fetched": 7, "failed": 1}))
+        found = self.render()
+        for outcome in ("finished", "failed", "cancelled", "lost"):
+            self.assertEqual(value(found, "netweir_serve_jobs_ended_total", project="shop",
+                                   spider="books", outcome=outcome), 1)
+        self.assertEqual(value(found, "netweir_serve_job_items_total", project="shop",
+                               spider="books"), 20)
+        self.assertEqual(value(found, "netweir_serve_job_requests_total", project="shop",
+                               spider="books", result="fetched"), 28)
+        self.assertEqual(value(found, "netweir_serve_job_requests_total", project="shop",
+                               spider="books", result="failed"), 4)
+        duration = "netweir_serve_job_duration_seconds"
+        self.assertEqual(value(found, duration + "_count", project="shop", spider="books"), 4)
+        self.assertEqual(value(found, duration + "_sum", project="shop", spider="books"), 1111)
+        self.assertEqual(value(found, duration + "_bucket", project="shop", spider="books",
+                               le="1.0"), 1)
+        self.assertEqual(value(found, duration + "_bucket", project="shop", spider="books",
+                               le="1800.0"), 4)
+        self.assertEqual(value(found, duration + "_bucket", project="shop", spider="books",
+                               le="86400.0"), 4)
+        wait = "netweir_serve_job_queue_wait_seconds"
+        self.assertEqual(value(found, wait + "_sum", project="shop"), 3)
+        self.assertEqual(value(found, wait + "_bucket", project="shop", le="5.0"), 1)
+        self.assertEqual(value(found, "netweir_serve_slots_free"), 3)
+        self.assertEqual(value(found, "netweir_serve_max_jobs"), 4)
+        self.assertEqual(value(found, "netweir_serve_event_streams"), 2)
+        self.assertIn("process_cpu_seconds_total", {name for name, _ in found})
+        self.assertIn("python_info", {name for name, _ in found})
+
+    def test_jobs_by_state_and_project_read_once_per_version(self):
+        self.store.lists = ([job(id="a"), job(id="b", project="news")],
+                            [job(id="c", state=RUNNING)], [job(id="d", state=FINISHED)])
+        found = self.render()
+        self.assertEqual(value(found, "netweir_serve_jobs", state=PENDING, project="shop"), 1)
+        self.assertEqual(value(found, "netweir_serve_jobs", state=PENDING, project="news"), 1)
+        self.assertEqual(value(found, "netweir_serve_jobs", state=RUNNING, project="shop"), 1)
+        self.assertEqual(value(found, "netweir_serve_jobs", state=FINISHED, project="shop"), 1)
+        self.render()
+        self.assertEqual(self.store.reads, 1)
+        self.store.version = 2
+        self.render()
+        self.assertEqual(self.store.reads, 2)
+
+    def test_schedule_firings_and_skips_from_now_on(self):
+        record = ScheduleRecord(name="hourly", project="shop", spider="books", kind="every",
+                                rule="1h", tz="UTC", runs=5, skipped=1)
+        self.metrics.seed_schedules([record])
+        from dataclasses import replace
+        self.metrics.schedule_changed(replace(record, runs=7, skipped=2))
+        self.metrics.schedule_changed(replace(record, runs=7, skipped=2, paused=True))
+        self.metrics.schedule_changed(replace(record, name="new", runs=1, skipped=0))
+        found = self.render()
+        self.assertEqual(value(found, "netweir_serve_schedule_firings_total", project="shop"), 3)
+        self.assertEqual(value(found, "netweir_serve_schedule_skips_total", project="shop"), 1)
+
+    def test_no_label_carries_a_job_id(self):
+        self.store.lists = ([job(id="secret-id-1")], [], [])
+        self.events.publish(ENDED, job(id="secret-id-2", state=FINISHED, outcome="finished",
+                                       start_time=1.0, end_time=2.0))
+        text = generate_latest(self.registry).decode()
+        self.metrics.refresh()
+        text += generate_latest(self.registry).decode()
+        self.assertNotIn("secret-id", text)
+
+
+class LiveMetricsTests(CrawlTestCase):
+    def scrape(self, daemon):
+        status, headers, body = daemon.call("GET", "/metrics")
+        self.assertEqual(status, 200, body)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain; version="))
+        return samples(body.decode())
+
+    def test_before_and_after_jobs_end_with_each_outcome(self):
+        daemon = self.daemon("--max-jobs", "2")
+        before = self.scrape(daemon)
+        self.assertEqual(value(before, "netweir_serve_slots_free"), 2)
+        self.assertFalse([k for k in before if k[0] == "netweir_serve_jobs_ended_total"])
+        self.assertGreater(value(before, "process_resident_memory_bytes"), 0)
+
+        finished = daemon.must_schedule("shop", "books")
+        failed = daemon.must_schedule("shop", "failing")
+        for jobid in (finished, failed):
+            daemon.wait_state(jobid, "finished")
+        slow = daemon.must_schedule("shop", "slow", delay="0.1")
+        daemon.wait_state(slow, "running")
+        during = self.scrape(daemon)
+        self.assertEqual(value(during, "netweir_serve_jobs", state="running", project="shop"), 1)
+        self.assertEqual(value(during, "netweir_serve_slots_free"), 1)
+        daemon.post("cancel.json", {"project": "shop", "job": slow})
+        daemon.wait_state(slow, "finished")
+        after = self.scrape(daemon)
+        for spider, outcome in (("books", "finished"), ("failing", "failed"),
+                                ("slow", "cancelled")):
+            self.assertEqual(value(after, "netweir_serve_jobs_ended_total", project="shop",
+                                   spider=spider, outcome=outcome), 1, (spider, outcome))
+            self.assertEqual(value(after, "netweir_serve_job_duration_seconds_count",
+                                   project="shop", spider=spider), 1)
+        self.assertEqual(value(after, "netweir_serve_job_items_total", project="shop",
+                               spider="books"), 30)
+        self.assertEqual(value(after, "netweir_serve_job_requests_total", project="shop",
+                               spider="books", result="fetched"), 30)
+        self.assertEqual(value(after, "netweir_serve_job_queue_wait_seconds_count",
+                               project="shop"), 3)
+        self.assertEqual(value(after, "netweir_serve_jobs", state="finished", project="shop"), 3)
+        self.assertEqual(value(after, "netweir_serve_slots_free"), 2)
+        self.assertFalse([k for k in after if any(v in (finished, failed, slow)
+                                                  for _, v in k[1])])
+
+    def test_behind_the_same_auth(self):
+        daemon = self.daemon(env={"NETWEIR_SERVE_USERNAME": "me",
+                                  "NETWEIR_SERVE_PASSWORD": "pw"}, auth=("me", "pw"))
+        self.assertEqual(daemon.call("GET", "/metrics")[0], 200)
+        daemon.auth = None
+        self.assertEqual(daemon.call("GET", "/metrics")[0], 401)
+        self.assertEqual(daemon.call("GET", "/events")[0], 401)
