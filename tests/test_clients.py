@@ -271,6 +271,22 @@ class CompatibilityTests(unittest.TestCase):
             self.assertEqual(re.findall(r'<td><a href="(\w+)/">', answer.text),
                              ["news", "shop"])
 
+    def test_logparser_stats_as_scrapydweb_reads_them(self):
+        # ScrapydWeb's job list: datas[project][spider][job]["pages"/"items"],
+        # trusted only with the logparser_version it was installed with.
+        jobid, entry = echo_job()
+        answer = requests.get(f"{url(self.daemon)}/logs/stats.json", timeout=30)
+        self.assertEqual((answer.status_code, answer.headers["Content-Type"]),
+                         (200, "application/json"))
+        stats = answer.json()
+        self.assertEqual((stats["status"], stats["logparser_version"]), ("ok", "0.8.4"))
+        job = stats["datas"]["shop"]["echo"][jobid]
+        self.assertEqual((job["pages"], job["items"], job["finish_reason"]), (1, 1, "finished"))
+        self.assertEqual(job["first_log_time"], entry["start_time"][:19])
+        self.assertEqual(job["latest_log_time"], entry["end_time"][:19])
+        self.assertRegex(job["runtime"], r"^\d+:\d\d:\d\d$")
+        self.assertIsInstance(stats["last_update_timestamp"], int)
+
     def test_requests_follows_a_listing_redirect(self):
         # scrapyd-api asks for /logs/P/S without the slash.
         jobid, _ = echo_job()
