@@ -11,9 +11,11 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from .dirlock import DirectoryUnusable, lock_directory
+from . import _proctree
+from .jobs.adoption import settle_left_running
 from .jobs.events import ENDED, QUEUED, JobEvents
-from .jobs.files import files_of, read_stats
-from .jobs.launcher import Launcher, job_environment
+from .jobs.launcher import Launcher
+from .jobs.process import job_environment
 from .jobs.poller import Poller
 from .jobs.pruning import Pruner
 from .jobs.scheduler import Scheduler
@@ -73,8 +75,13 @@ class ServeService(service.Service):
         self.port = None
         self.started = None
         self._signals = 0
+        self._handing_over = False
 
     def privilegedStartService(self):
+        # No process of the same user may read this one's memory or
+        # environment (the password in NETWEIR_SERVE_PASSWORD): not even
+        # the spiders it runs.
+        _proctree.make_undumpable()
         # Binding first, so a port in use fails before any job starts.
         self.port = self.reactor.listenTCP(self.config.port, self.factory,
                                            backlog=LISTEN_BACKLOG, interface=self.config.bind)
@@ -88,18 +95,17 @@ class ServeService(service.Service):
     def _settle_then_start(self):
         config = self.config
         try:
-            # A table of this service's alone: its running jobs are all stale,
-            # whatever host name claimed them (the host may have been renamed).
+            # A table of this service's alone: its running jobs are all its
+            # own, whatever host name claimed them (the host may have been
+            # renamed).
             node = config.node if self.store.shared else None
-            lost = yield self.store.recover(
-                node, self.reactor.seconds(),
-                lambda r: read_stats(files_of(config.directory, r).stats))
+            adopted, _ = yield settle_left_running(
+                self.store, self.launcher, config.directory, node, self.reactor)
         except Exception:
             log.failure("could not settle the jobs the last run left running")
         else:
-            for record in lost:
-                log.warn("job {jobid} was running when the service stopped: marked lost",
-                         jobid=record.id)
+            if adopted:
+                log.info("adopted {n} job(s) the last run left running", n=len(adopted))
         yield self.pruner.prune_now()
         address = self.port.getHost()
         log.info("netweir-serve listening on http://{host}:{port}/ with {dir};"
@@ -127,29 +133,51 @@ class ServeService(service.Service):
         yield self.poller.stop()
         self.pruner.stop()
         running = self.launcher.running_count()
-        if running:
-            log.info("stopping: cancelling {n} running job(s) and waiting for them",
-                     n=running)
-        yield self.launcher.stop()
+        if self._handing_over:
+            yield self.launcher.hand_over()
+        else:
+            if running:
+                log.info("stopping: cancelling {n} running job(s) and waiting for them",
+                         n=running)
+            yield self.launcher.stop()
         yield self.reader.stop()
         yield self.store.close()
-        log.info("netweir-serve stopped; waiting jobs stay queued for the next start")
+        if self._handing_over:
+            log.info("netweir-serve stopped for a handover: {n} running job(s) left running"
+                     " for the next start on {dir} to adopt", n=running,
+                     dir=self.config.directory)
+        else:
+            log.info("netweir-serve stopped; waiting jobs stay queued for the next start")
 
     def install_signal_handlers(self):
         """Ctrl-C or SIGTERM once stops the service the careful way (jobs
         cancelled and awaited); again while it waits, kills the jobs at
-        once so none is left unrecorded. Call once the reactor runs."""
+        once so none is left unrecorded. SIGUSR1 stops it for a handover:
+        running jobs go on running, for the next start to adopt. Call once
+        the reactor runs."""
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_stop_signal)
+        signal.signal(signal.SIGUSR1, self._on_handover_signal)
 
     def _on_stop_signal(self, signum, frame):
         self._signals += 1
         if self._signals == 1:
             self.reactor.callFromThread(self.reactor.stop)
-        else:
+        elif not self._handing_over:
             self.reactor.callFromThread(self._kill_now)
+
+    def _on_handover_signal(self, signum, frame):
+        if self._signals:
+            return  # already stopping
+        self._signals += 1
+        self._handing_over = True
+        self.reactor.callFromThread(self._log_handover)
+        self.reactor.callFromThread(self.reactor.stop)
+
+    def _log_handover(self):
+        log.info("SIGUSR1: stopping for a handover; running jobs keep running")
 
     def _kill_now(self):
         log.warn("stop asked again: killing running jobs now")

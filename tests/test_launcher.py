@@ -13,7 +13,9 @@ from netweir_serve.jobs.events import ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.files import job_files
 from netweir_serve.jobs.interfaces import (
     IJobStore, ILauncher, IPoller, IScheduler, IScheduleStore, ISpiderReader)
-from netweir_serve.jobs.launcher import Launcher, job_environment
+from netweir_serve.jobs import launcher as launcher_module
+from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
+from netweir_serve.jobs.process import KILL_SIGNAL, job_environment
 from netweir_serve.jobs.poller import Poller
 from netweir_serve.jobs.records import StoreError
 from netweir_serve.jobs.scheduler import Scheduler
@@ -121,26 +123,51 @@ class LaunchingTests(unittest.TestCase):
 
     def test_crawl_command_environment_and_directory(self):
         rig = Rig(self)
-        rig.schedule("a", settings=(("max_items", "5"), ("checkpoint", "books")))
+        private = []
+        write = launcher_module.write_private_file
+        self.patch(launcher_module, "write_private_file",
+                   lambda path, arguments: private.append(arguments) or write(path, arguments))
+        rig.schedule("a", settings=(("max_items", "5"), ("checkpoint", "books"),
+                                    ("proxy", "http://me:secret@proxy:3128")))
         process = rig.process_of("a")
         argv = process.argv
-        self.assertIn("-m", argv)
-        self.assertEqual(argv[argv.index("-m") + 1:argv.index("-m") + 3], ["netweir", "crawl"])
-        self.assertIn(rig.spider_file, argv)
-        self.assertIn("--spider=books", argv)
-        self.assertIn("--set=max_items=5", argv)
-        data = os.path.join(rig.dir, "data", "shop", "books")
-        self.assertIn(f"--set=checkpoint={data}", argv)
-        self.assertIn("-acategory=fiction", argv)
+        # The crawl's parent, then the crawl, whose start-up step reads the
+        # settings and arguments from a private file, never a command line.
+        crawl = argv[argv.index("--") + 1:]
         files = job_files(rig.dir, "shop", "books", "a")
-        self.assertIn(f"--output={files.items}", argv)
-        self.assertIn(f"--stats={files.stats}", argv)
+        self.assertIn(files.status, argv[:argv.index("--")])
+        self.assertEqual(crawl[:2], ["/usr/bin/python3", "-c"])
+        self.assertEqual(crawl[3], os.path.join(rig.dir, "run", "a.json"))
+        self.assertEqual(crawl[4:6], ["crawl", rig.spider_file])
+        self.assertIn("--spider=books", crawl)
+        self.assertIn(f"--output={files.items}", crawl)
+        self.assertIn(f"--stats={files.stats}", crawl)
+        self.assertFalse([a for a in argv if "secret" in a or "max_items" in a])
+        data = os.path.join(rig.dir, "data", "shop", "books")
+        self.assertEqual(private, [["--set=max_items=5", f"--set=checkpoint={data}",
+                                    "--set=proxy=http://me:secret@proxy:3128",
+                                    "-acategory=fiction"]])
+        self.assertEqual(os.stat(crawl[3]).st_mode & 0o777, 0o600)
         env = process.kwargs["env"]
         self.assertNotIn("NETWEIR_SERVE_PASSWORD", env)
         self.assertNotIn("NETWEIR_SERVE_USERNAME", env)
         self.assertEqual(env["PYTHONUNBUFFERED"], "1")
         self.assertEqual(process.kwargs["path"], os.path.join(rig.dir, "project"))
         self.assertTrue(os.path.exists(files.log))
+        rig.exit("a", 0)
+        # Removed at the end in case the crawl never read it.
+        self.assertFalse(os.path.exists(crawl[3]))
+
+    def test_the_crawls_own_status_is_the_outcome(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        files = job_files(rig.dir, "shop", "books", "a")
+        with open(files.status, "w") as f:
+            json.dump({"exit_status": 3, "end_time": 12.5, "crawl_pid": 1}, f)
+        rig.exit("a", 0)  # the parent itself exits 0
+        record = rig.get("a")
+        self.assertEqual((record.outcome, record.exit_status, record.end_time),
+                         ("failed", 3, 12.5))
 
     def test_at_most_max_jobs_run_and_a_freed_slot_starts_the_next(self):
         rig = Rig(self, max_jobs=2)
@@ -301,9 +328,14 @@ class CancellingTests(unittest.TestCase):
         rig.reactor.advance(29.9)
         self.assertEqual(len(rig.signals.sent), 1)
         rig.reactor.advance(0.1)
+        # The crawl's parent kills the crawl and all it started...
+        self.assertEqual(rig.signals.sent[-1], (pid, KILL_SIGNAL, False))
+        # ...and if it has not ended a few seconds later, its group goes.
+        rig.reactor.advance(KILL_FALLBACK_SECONDS)
         self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
         rig.exit("a", signal=9)
         self.assertEqual(rig.get("a").outcome, "cancelled")
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
 
     def test_timer_is_cancelled_when_the_job_ends_in_time(self):
         rig = Rig(self)
@@ -320,7 +352,7 @@ class CancellingTests(unittest.TestCase):
         pid = rig.get("a").pid
         rig.cancel("a")
         self.assertEqual(rig.cancel("a"), "running")
-        self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
+        self.assertEqual(rig.signals.sent[-1], (pid, KILL_SIGNAL, False))
         escalations = [c for c in rig.reactor.getDelayedCalls() if c.func == rig.launcher._kill]
         self.assertEqual(escalations, [])
 
@@ -329,7 +361,8 @@ class CancellingTests(unittest.TestCase):
         rig.schedule("a")
         pid = rig.get("a").pid
         rig.cancel("a", now=True)
-        self.assertEqual(rig.signals.sent, [(pid, signal.SIGKILL, True)])
+        self.assertEqual(rig.signals.sent, [(pid, KILL_SIGNAL, False)])
+        self.assertTrue(rig.get("a").cancel_requested)
 
     def test_cancelled_job_that_exits_zero_is_still_cancelled(self):
         rig = Rig(self)
@@ -363,7 +396,7 @@ class StoppingTests(unittest.TestCase):
         pid = rig.get("a").pid
         rig.launcher.stop()
         rig.reactor.advance(30)
-        self.assertEqual(rig.signals.sent[-1], (pid, signal.SIGKILL, True))
+        self.assertEqual(rig.signals.sent[-1], (pid, KILL_SIGNAL, False))
 
     def test_kill_all_while_stopping_kills_every_job_at_once(self):
         rig = Rig(self, max_jobs=2)
@@ -372,7 +405,7 @@ class StoppingTests(unittest.TestCase):
         pids = [rig.get(j).pid for j in "ab"]
         rig.launcher.stop()
         rig.launcher.kill_all()
-        kills = [s[0] for s in rig.signals.sent if s[1] == signal.SIGKILL]
+        kills = [s[0] for s in rig.signals.sent if s[1] == KILL_SIGNAL]
         self.assertEqual(sorted(kills), sorted(pids))
 
     def test_stop_with_nothing_running_fires_at_once(self):

@@ -1,8 +1,10 @@
 """Where a job's log, items and stats live under DIR, and reading them back.
 
-DIR/logs/P/S/JOB.log, DIR/items/P/S/JOB.jsonl and DIR/stats/P/S/JOB.json:
-project, spider and job are names (checked by the name rule), so these
-paths never leave DIR.
+DIR/logs/P/S/JOB.log, DIR/items/P/S/JOB.jsonl, DIR/stats/P/S/JOB.json and
+DIR/status/P/S/JOB.json (the exit status the crawl's parent writes when the
+crawl ends): project, spider and job are names (checked by the name rule),
+so these paths never leave DIR. Each kind has a tree of its own, so no
+job's file can be another's whatever the ids.
 """
 
 import json
@@ -18,11 +20,12 @@ class JobFiles:
     log: str
     items: str
     stats: str
+    status: str
     # DIR/history/P/S/JOB.jsonl, the stats over time (jobs/history.py).
     history: str = None
 
     def all(self):
-        return tuple(p for p in (self.log, self.items, self.stats, self.history)
+        return tuple(p for p in (self.log, self.items, self.stats, self.status, self.history)
                      if p is not None)
 
 
@@ -32,6 +35,7 @@ def job_files(directory, project, spider, jobid):
         log=os.path.join(directory, "logs", project, spider, jobid + ".log"),
         items=os.path.join(directory, "items", project, spider, jobid + ".jsonl"),
         stats=os.path.join(directory, "stats", project, spider, jobid + ".json"),
+        status=os.path.join(directory, "status", project, spider, jobid + ".json"),
         history=os.path.join(directory, "history", project, spider, jobid + ".jsonl"),
     )
 
@@ -71,3 +75,22 @@ def delete_files(files):
         except OSError:
             failed.append(path)
     return failed
+
+
+def read_exit_status(path):
+    """What the crawl's parent wrote at the crawl's end: a dict with
+    ``exit_status`` (an int, negative for a signal, or None) and
+    ``end_time``; None when there is no whole, well-formed file (the
+    machine went down, or the parent itself was killed)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+        status = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict):
+        return None
+    code, end = status.get("exit_status"), status.get("end_time")
+    if (code is not None and type(code) is not int) or not isinstance(end, (int, float)):
+        return None
+    return {"exit_status": code, "end_time": float(end)}

@@ -51,8 +51,12 @@ class IJobStore(Interface):
     def schedule_jobs(name):
         """(pending, running): how many jobs of schedule ``name`` wait or run."""
 
-    def mark_started(jobid, pid):
-        """Records the pid of a claimed job's process. Fires with the record."""
+    def mark_started(jobid, pid, proc_start=None):
+        """Records the pid of a claimed job's process, and its identity
+        (``_proctree.start_time``). Fires with the record."""
+
+    def running(node=None):
+        """The running jobs of ``node`` (None: of every node), stats included."""
 
     def mark_finished(jobid, outcome, end_time, exit_status=None, stats=None, reason=None):
         """Records how the job ended (outcome finished/failed/cancelled/lost).
@@ -168,6 +172,14 @@ class ILauncher(Interface):
 
     def kill_all():
         """Kills every running job at once (a second Ctrl-C while stopping)."""
+
+    def adopt(record):
+        """Takes over a running job an earlier service left running, whose
+        process is still the one it started."""
+
+    def hand_over():
+        """Lets go of every running job without stopping it, for the next
+        start to adopt; a Deferred of how many."""
 
 
 class ISpiderReader(Interface):

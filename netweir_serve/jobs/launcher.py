@@ -1,94 +1,40 @@
 """Running jobs as ``netweir crawl`` processes, and watching them end.
 
 Modelled on twisted.runner.procmon: the reactor is injected, every timer is
-a ``callLater`` on it, and the job record stays in the job store; the
-process protocol only reports what happened.
+a ``callLater`` on it, and the job record stays in the job store; how a
+crawl is started, signalled and watched is jobs.process, and this module
+keeps the books: slots, stats, cancels, the grace period, ends.
 """
 
 import os
-import shutil
 import signal
 import sys
 from dataclasses import dataclass, field, replace
 
 from twisted.internet import defer
-from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from . import datapaths
+from .. import _proctree
+from ..names import fold
 from .events import CHANGED, ENDED, STARTED
-from .files import files_of, read_stats
+from .files import files_of, read_exit_status, read_stats
 from .interfaces import ILauncher
 from .logstats import append_stats
+from .process import (
+    CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
+    parent_command, private_arguments, remove_quietly, send_signal, watch_exit,
+    write_private_file)
 from .records import FINISHED
-from ..names import fold
-
-# What the job's environment must never see: the service's credentials.
-SECRET_PREFIX = "NETWEIR_SERVE_"
-
-# Where a crawl ends up in a session of its own: setsid(1) execs in place
-# (our child is never a group leader), so the pid we watch is the crawl's.
-_SETSID = shutil.which("setsid")
-_SETSID_FALLBACK = "import os, sys; os.setsid(); os.execv(sys.argv[1], sys.argv[1:])"
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps
 # its locks, so the jobs that share its checkpoint would wait for it.
 END_RETRY_DELAY = 2.0
 
-
-class StartRefused(Exception):
-    """A job that cannot start; the message goes in its log."""
-
-
-def crawl_command(python, record, files, data_dir):
-    """The argv of the crawl for ``record``. Path settings are resolved in
-    ``data_dir`` again here: the directory may have changed since the job
-    was checked (a symlink put there meanwhile)."""
-    argv = [python, "-m", "netweir", "crawl", record.spider_file,
-            f"--spider={record.spider}", f"--output={files.items}",
-            f"--stats={files.stats}"]
-    for key, value in record.settings:
-        if key in datapaths.PATH_SETTINGS:
-            try:
-                value = datapaths.prepare(data_dir, key, value)
-            except ValueError as e:
-                raise StartRefused(str(e)) from None
-        argv.append(f"--set={key}={value}")
-    argv.extend(f"-a{name}={value}" for name, value in record.arguments)
-    return argv
-
-
-def in_own_session(argv):
-    if _SETSID:
-        return [_SETSID] + argv
-    return [argv[0], "-S", "-c", _SETSID_FALLBACK] + argv
-
-
-def job_environment(environ):
-    env = {k: v for k, v in environ.items() if not k.startswith(SECRET_PREFIX)}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def exit_status_of(reason):
-    """The exit status in ``reason`` (a negative signal number if killed)."""
-    value = reason.value
-    if getattr(value, "signal", None) is not None:
-        return -value.signal
-    return getattr(value, "exitCode", None)
-
-
-class CrawlProtocol(ProcessProtocol):
-    """Reports the end of one crawl process to ``ended(jobid, reason)``."""
-
-    def __init__(self, jobid, ended):
-        self.jobid = jobid
-        self._ended = ended
-
-    def processEnded(self, reason):
-        self._ended(self.jobid, reason)
+# Seconds the crawl's parent has to end everything once told to kill it;
+# past them its whole process group is killed from here.
+KILL_FALLBACK_SECONDS = 5.0
 
 
 @dataclass
@@ -103,19 +49,10 @@ class RunningJob:
     cancel_requested: bool = False
     stats_call: object = None
     kill_call: object = None
+    fallback_call: object = None
+    # The pidfd (or poll) watching a job adopted from an earlier service.
+    watch: object = None
     ended: list = field(default_factory=list)
-
-
-def send_signal(pid, signum, group):
-    """Signals the process ``pid``, or its whole process group; a process
-    that is already gone is not an error."""
-    try:
-        if group:
-            os.killpg(pid, signum)
-        else:
-            os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @implementer(ILauncher)
@@ -131,7 +68,8 @@ class Launcher:
 
     def __init__(self, reactor, store, events, projects, directory, max_jobs,
                  python=sys.executable, grace=30.0, stats_interval=1.0,
-                 environ=None, signal_process=send_signal):
+                 environ=None, signal_process=send_signal, watch_process=watch_exit,
+                 identify=_proctree.start_time):
         self._reactor = reactor
         self._store = store
         self._events = events
@@ -143,6 +81,8 @@ class Launcher:
         self._stats_interval = stats_interval
         self._environ = os.environ if environ is None else environ
         self._signal = signal_process
+        self._watch = watch_process
+        self._identify = identify
         self._running = {}
         # {job key: waiters} of jobs whose process ended and whose end is
         # being recorded: they keep their slot until it is (or failed to be).
@@ -161,26 +101,51 @@ class Launcher:
         # the service dies before the pid is recorded, the next start finds
         # it so and marks it lost; it is never pending again, never run twice.
         files = files_of(self._directory, record)
+        private = os.path.join(self._directory, "run", record.id + ".json")
         try:
-            argv, workdir = self._prepare(record, files)
-            pid = self._spawn(record, argv, workdir, files)
+            command, workdir = self._prepare(record, files, private)
+            pid = self._spawn(record, command, workdir, files)
         except (StartRefused, OSError) as e:
+            remove_quietly(private)
             self._fail_to_start(record, files, str(e))
             return
         except Exception as e:
             # Whatever else refuses the start, the job must end and the
             # poller's loop go on.
+            remove_quietly(private)
             self.log.failure("job {jobid}: unexpected error starting it", jobid=record.id)
             self._fail_to_start(record, files, f"{type(e).__name__}: {e}")
             return
-        job = RunningJob(record=replace(record, pid=pid), files=files, pid=pid)
-        self._running[fold(record.id)] = job
-        job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
+        job = self._watch_stats(RunningJob(record=replace(record, pid=pid), files=files,
+                                           pid=pid))
         self.log.info("job {jobid} started: {project}/{spider}, pid {pid}",
                       jobid=record.id, project=record.project, spider=record.spider, pid=pid)
-        recorded = self._store.mark_started(record.id, pid)
+        recorded = self._store.mark_started(record.id, pid, self._identify(pid))
         recorded.addCallbacks(self._started, self._not_recorded, callbackArgs=(job,),
                               errbackArgs=(record.id, "its process id"))
+
+    def _watch_stats(self, job):
+        self._running[fold(job.record.id)] = job
+        job.stats_call = self._reactor.callLater(self._stats_interval, self._poll_stats, job)
+        return job
+
+    def adopt(self, record):
+        """Takes over the running job ``record`` that an earlier service
+        started and left running (its parent process is still the one it
+        started: the caller checked its identity). It holds a slot, its
+        stats are read, it can be cancelled, and its end is recorded as any
+        job's. Raises ProcessLookupError if its process has just ended."""
+        files = files_of(self._directory, record)
+        key = fold(record.id)
+        job = RunningJob(record=record, files=files, pid=record.pid,
+                         cancel_requested=record.cancel_requested)
+        job.watch = self._watch(self._reactor, record.pid, record.proc_start,
+                                lambda: self._process_ended(record.id, None))
+        self._watch_stats(job)
+        self.log.info("job {jobid} adopted: still running, pid {pid}", jobid=record.id,
+                      pid=record.pid)
+        self._events.publish(STARTED, record)
+        return self._running[key]
 
     def _started(self, record, job):
         if record is not None and record.state != FINISHED:
@@ -191,28 +156,33 @@ class Launcher:
         # The job goes on; the table is behind until its next change.
         self.log.failure("job {jobid}: could not record {what}", failure, jobid=jobid, what=what)
 
-    def _prepare(self, record, files):
+    def _prepare(self, record, files, private):
         project = self._projects.get(record.project)
         if project is None:
             raise StartRefused(f"project {record.project!r} is no longer served")
         if not os.path.isfile(record.spider_file):
             raise StartRefused(f"the spider's file {record.spider_file} is gone")
         data_dir = os.path.join(self._directory, "data", project.name)
-        argv = crawl_command(self._python, record, files, data_dir)
+        arguments = private_arguments(record, data_dir)
         for path in files.all():
             os.makedirs(os.path.dirname(path), exist_ok=True)
         os.makedirs(data_dir, exist_ok=True)
-        return argv, project.workdir
+        # A status file left by an earlier job of the same id (forgotten
+        # since) must not be taken for this one's.
+        remove_quietly(files.status)
+        write_private_file(private, arguments)
+        crawl = crawl_command(self._python, record, files, private)
+        return parent_command(self._python, files.status, crawl), project.workdir
 
-    def _spawn(self, record, argv, workdir, files):
+    def _spawn(self, record, command, workdir, files):
         opened = []
         try:
-            log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                             0o644)
+            # Never through a link planted where the log goes.
+            log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+                             | os.O_NOFOLLOW, 0o644)
             opened.append(log_fd)
             null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             opened.append(null_fd)
-            command = in_own_session(argv)
             process = self._reactor.spawnProcess(
                 CrawlProtocol(record.id, self._process_ended), command[0], command,
                 env=job_environment(self._environ), path=workdir,
@@ -263,40 +233,61 @@ class Launcher:
         job = self._running.get(fold(jobid))
         return job.stats if job else None
 
-    def _process_ended(self, jobid, reason):
-        job = self._running.pop(fold(jobid))
-        # Processes the crawl started (workers, a spider's own children) may
-        # outlive it; the group is the crawl's alone, so nothing in it is
-        # anyone else's.
+    def _process_ended(self, jobid, parent_status):
+        """The job's parent has ended: ``parent_status`` is its own exit
+        status when it was this service's child (None for an adopted job).
+        The crawl's own status and end time come from the file the parent
+        wrote; without it (the parent was killed), from the parent."""
+        job = self._running.pop(fold(jobid), None)
+        if job is None:
+            # Handed over (SIGUSR1) and ended before this service left: the
+            # next start reads its status file.
+            return
+        # Nothing the crawl started outlives it: the parent ended it all; its
+        # group is killed too in case the parent itself was killed.
         self._signal(job.pid, signal.SIGKILL, True)
-        for call in (job.stats_call, job.kill_call):
+        for call in (job.stats_call, job.kill_call, job.fallback_call):
             if call is not None and call.active():
                 call.cancel()
+        if job.watch is not None:
+            job.watch.stop()
+        remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
         self._ending[fold(jobid)] = job.ended
-        status = exit_status_of(reason)
-        stats = read_stats(job.files.stats) or job.stats
-        outcome = "cancelled" if job.cancel_requested else (
-            "finished" if status == 0 else "failed")
+        written = read_exit_status(job.files.status)
         now = self._reactor.seconds()
+        if written is not None:
+            status, end_time = written["exit_status"], written["end_time"]
+        else:
+            status, end_time = parent_status, now
+        stats = read_stats(job.files.stats) or job.stats
+        reason = None
+        if job.cancel_requested:
+            outcome = "cancelled"
+        elif status is None:
+            # An adopted job whose parent left no status: killed from outside,
+            # or the machine went down under it.
+            outcome, reason = "lost", "its process ended without leaving an exit status"
+        else:
+            outcome = "finished" if status == 0 else "failed"
         try:
             # ScrapydWeb reads a crawl's numbers from the end of its log.
-            append_stats(job.files.log, stats, outcome, now)
+            append_stats(job.files.log, stats, outcome, end_time)
         except OSError as e:
             self.log.warn("job {jobid}: could not append its stats to its log: {e}",
                           jobid=jobid, e=e)
         self.log.info("job {jobid} ended: {outcome} (exit status {status})",
                       jobid=job.record.id, outcome=outcome, status=status)
-        recorded = self._store.mark_finished(job.record.id, outcome, now,
-                                             exit_status=status, stats=stats)
+        recorded = self._store.mark_finished(job.record.id, outcome, end_time,
+                                             exit_status=status, stats=stats, reason=reason)
         # A full disk, say: the table still says running until a later try
         # records it (or the next start settles it). The slot is free and
         # every waiter hears of the end all the same.
         recorded.addErrback(self._end_not_recorded, job.record.id,
-                            dict(outcome=outcome, end_time=now, exit_status=status,
-                                 stats=stats))
+                            dict(outcome=outcome, end_time=end_time, exit_status=status,
+                                 stats=stats, reason=reason))
         recorded.addCallback(self._ended, replace(
-            job.record, state=FINISHED, outcome=outcome, end_time=now, exit_status=status,
-            stats=stats))
+            job.record, state=FINISHED, outcome=outcome, end_time=end_time,
+            exit_status=status, stats=stats, reason=reason))
 
     def _end_not_recorded(self, failure, jobid, end):
         self.log.failure("job {jobid}: could not record how it ended", failure, jobid=jobid)
@@ -338,7 +329,8 @@ class Launcher:
         recorded.addErrback(self._not_recorded, job.record.id, "the cancel request")
         self._events.publish(CHANGED, job.record)
         self.log.info("job {jobid}: cancel asked, stopping it", jobid=job.record.id)
-        self._signal(job.pid, signal.SIGTERM, False)
+        # The parent passes it to the crawl.
+        self._signal(job.pid, CANCEL_SIGNAL, False)
         job.kill_call = self._reactor.callLater(self._grace, self._kill, job)
         return True
 
@@ -346,10 +338,18 @@ class Launcher:
         if job.kill_call is not None and job.kill_call.active():
             job.kill_call.cancel()
         job.kill_call = None
-        job.cancel_requested = True
+        if not job.cancel_requested:
+            job.cancel_requested = True
+            recorded = self._store.mark_cancel_requested(job.record.id)
+            recorded.addErrback(self._not_recorded, job.record.id, "the cancel request")
         self.log.info("job {jobid}: killing it and every process it started",
                       jobid=job.record.id)
-        self._signal(job.pid, signal.SIGKILL, True)
+        # The parent kills the crawl and everything it started, in whatever
+        # session; should the parent not manage, its group goes from here.
+        self._signal(job.pid, KILL_SIGNAL, False)
+        if job.fallback_call is None:
+            job.fallback_call = self._reactor.callLater(
+                KILL_FALLBACK_SECONDS, self._signal, job.pid, signal.SIGKILL, True)
 
     def stop(self):
         self._stopping = True
@@ -369,3 +369,25 @@ class Launcher:
     def kill_all(self):
         for job in list(self._running.values()):
             self._kill(job)
+
+    def hand_over(self):
+        """Lets go of every running job without stopping it (the SIGUSR1
+        handover): timers stopped, processes left to run for the next
+        service to adopt. Ends recorded meanwhile are waited for. Returns
+        a Deferred that fires when that is done."""
+        self._stopping = True
+        for job in self._running.values():
+            for call in (job.stats_call, job.kill_call, job.fallback_call):
+                if call is not None and call.active():
+                    call.cancel()
+            if job.watch is not None:
+                job.watch.stop()
+        count = len(self._running)
+        self._running.clear()
+        waits = []
+        for waiters in self._ending.values():
+            d = defer.Deferred()
+            waiters.append(d)
+            waits.append(d)
+        self.log.info("handing over {n} running job(s) to the next start", n=count)
+        return defer.gatherResults(waits).addCallback(lambda _: count)

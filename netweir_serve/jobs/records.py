@@ -53,6 +53,9 @@ class JobRecord:
     cancel_requested: bool = False
     reason: str = None
     node: str = None
+    # The identity of its process (boot id and start time, _proctree):
+    # what a later service checks before it adopts the job.
+    proc_start: str = None
     schedule: str = None
     locks: tuple = ()
     seq: int = None

@@ -37,6 +37,7 @@ import signal
 import sys
 import time
 
+from .. import _proctree
 from ._loader import answer
 
 # The most a child may answer; past it the answer is refused, not relayed.
@@ -75,14 +76,17 @@ def _point_at_devnull(fd, flags):
 
 
 def _leave():
-    """Ends this reading process and anything a spider file started in its
-    process group: a file may leave threads or processes behind."""
+    """Ends this reading process and anything a spider file started, in its
+    process group or in a session of its own (this process is a subreaper,
+    so those stay its descendants): a file may leave threads or processes
+    behind."""
     for stream in (sys.stderr, sys.stdout):
         try:
             stream.flush()
         except BaseException:
             pass
     try:
+        _proctree.kill_descendants()
         if os.getpgrp() == os.getpid():
             os.killpg(os.getpid(), signal.SIGKILL)
     finally:
@@ -96,6 +100,7 @@ def _serve_once(answers_fd):
             # A group of its own, so the daemon can kill it with whatever a
             # spider file started.
             os.setsid()
+        _proctree.become_subreaper()
         request = json.loads(sys.stdin.buffer.read())
         _point_at_devnull(0, os.O_RDONLY)
         _write_all(answers_fd, _encode(answer(request)))
@@ -236,6 +241,9 @@ class _WarmHelper:
         """In a fresh fork: let go of the helper's pipes and children, take
         a process group of its own, and arrange to die if abandoned."""
         os.setsid()
+        # What a spider file starts as it is read stays in this tree, even
+        # in a session of its own, and is ended with the reading.
+        _proctree.become_subreaper()
         if self.die_with_parent is not None:
             self.die_with_parent()
         if os.getppid() != helper_pid:
@@ -286,6 +294,7 @@ class _WarmHelper:
     def _died(self, child):
         """The answer for a child that closed its answer pipe without a
         whole answer: how it ended and the last of its stderr."""
+        _proctree.kill_descendants(child.pid)
         _kill_group(child.pid)
         _pid, status = os.waitpid(child.pid, 0)
         child.pid = None
@@ -325,12 +334,30 @@ class _WarmHelper:
         self._close(child, "answer_fd")
         self._close(child, "stderr_fd")
         if child.pid is not None:
+            # Its descendants in sessions of their own first, while the tree
+            # still leads to them; then its group.
+            _proctree.kill_descendants(child.pid)
             _kill_group(child.pid)
             self.dying.append(child.pid)
             child.pid = None
         if reply is not None:
             self._reply(child.request_id, reply)
+        self._end_strays()
         self._reap_dying()
+
+    def _end_strays(self):
+        """Kills the processes that came to this helper (a subreaper) when
+        the reader that started them ended: any child that is no reader."""
+        known = {c.pid for c in self.children.values() if c.pid is not None}
+        known.update(self.dying)
+        for pid in _proctree.children(os.getpid()):
+            if pid not in known:
+                _proctree.kill_descendants(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                self.dying.append(pid)
 
     def _reap_dying(self, block=False):
         for pid in list(self.dying):
@@ -371,6 +398,8 @@ def _serve_warm(answers_fd):
         # Away from the daemon's terminal: a Ctrl-C there is the daemon's
         # to handle, and it stops this helper by closing its stdin.
         os.setsid()
+    # Orphans of its readers come to it, to be ended (see _end_strays).
+    _proctree.become_subreaper()
     # Everything imported so far stays shared with the forks, untouched by
     # their garbage collector, instead of being copied into each.
     gc.freeze()

@@ -81,6 +81,9 @@ SQLITE_MIGRATIONS = (
             created REAL NOT NULL
         )""",
     )),
+    Migration(4, "the identity of a running job's process, for adoption", (
+        "ALTER TABLE jobs ADD COLUMN proc_start TEXT",
+    )),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

@@ -53,7 +53,7 @@ COLUMNS = (
     Column("priority"), Column("state"), Column("outcome"), Column("pid"),
     Column("exit_status"), Column("created"), Column("start_time"), Column("end_time"),
     Column("stats", dump_json, load_json), Column("cancel_requested", int, bool),
-    Column("reason"), Column("node"), Column("schedule"),
+    Column("reason"), Column("node"), Column("proc_start"), Column("schedule"),
     Column("locks", dump_list, load_list),
 )
 # Listings never show stats, the one large column: they neither read nor decode it.
@@ -257,10 +257,10 @@ class SQLiteJobStore(ScheduleTable):
 
         return self._read(count)
 
-    def mark_started(self, jobid, pid):
+    def mark_started(self, jobid, pid, proc_start=None):
         def started(db):
-            db.execute("UPDATE jobs SET pid = ? WHERE key = ? AND state = ?",
-                       (pid, fold(jobid), RUNNING))
+            db.execute("UPDATE jobs SET pid = ?, proc_start = ? WHERE key = ? AND state = ?",
+                       (pid, proc_start, fold(jobid), RUNNING))
             return self._one(db, "key = ?", (fold(jobid),))
 
         return self._write(started)
@@ -321,6 +321,16 @@ class SQLiteJobStore(ScheduleTable):
             return found
 
         return self._read(count)
+
+    def running(self, node=None):
+        def listing(db):
+            where, params = "state = ?", (RUNNING,)
+            if node is not None:
+                where, params = where + " AND (node = ? OR node IS NULL)", (RUNNING, node)
+            return [_record(COLUMNS, row) for row in db.execute(
+                f"SELECT {_select(COLUMNS)} FROM jobs WHERE {where} ORDER BY seq", params)]
+
+        return self._read(listing)
 
     def recover(self, node, end_time, stats_of):
         def lost(db):

@@ -1,0 +1,122 @@
+"""The crawl's parent: a small process between the service and the crawl.
+
+The service spawns it (``spawnProcess``, watched by a ProcessProtocol as
+ever); it makes a session of its own and becomes a child subreaper, starts
+the crawl, waits for it, ends everything the crawl left behind, and writes
+the crawl's exit status beside the job's files (``STATUS``) before it
+exits. So a job's end is known whoever is watching: a service that
+restarted meanwhile reads the status file and records the real outcome.
+
+Signals from the service: SIGTERM (a cancel) is passed to the crawl;
+SIGUSR1 (the kill after the grace period, a second cancel) kills the crawl
+and every process it started, in any session, at once. Nothing else runs
+here: the standard library, started with ``python -S -E``, costs a few
+milliseconds.
+
+Run as ``python -S -E -c BOOTSTRAP PACKAGE_PARENT STATUS -- COMMAND...``
+(see launcher.crawl_parent_command).
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+from .. import _proctree
+
+# What the crawl's status says when it never ran (the command is missing).
+CANNOT_RUN = 127
+
+
+class _Crawl:
+    pid = None
+    killing = False
+
+
+def _forward(signum, frame):
+    if _Crawl.pid is not None:
+        try:
+            os.kill(_Crawl.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def _kill_everything(signum=None, frame=None):
+    _Crawl.killing = True
+    _proctree.kill_descendants()
+
+
+def _start(command):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            os.execvp(command[0], command)
+        except OSError as e:
+            os.write(2, f"netweir-serve: cannot run {command[0]}: {e}\n".encode())
+        finally:
+            os._exit(CANNOT_RUN)
+    return pid
+
+
+def _wait_for(pid):
+    """Reaps children (orphans given to this subreaper too) until ``pid``
+    has ended; its exit status (negative: killed by that signal)."""
+    while True:
+        try:
+            child, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return None
+        if child == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def _end_the_rest():
+    """Kills whatever the crawl left, and reaps it, until nothing is left."""
+    for _ in range(100):
+        if not _proctree.kill_descendants():
+            break
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    time.sleep(0.01)
+                    break
+            except ChildProcessError:
+                break
+
+
+def _write_status(path, status, crawl_pid):
+    record = {"exit_status": status, "end_time": time.time(), "crawl_pid": crawl_pid}
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, json.dumps(record).encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def main(argv):
+    status_path, separator, command = argv[0], argv[1], argv[2:]
+    if separator != "--" or not command:
+        sys.stderr.write("usage: _crawlparent STATUS -- COMMAND...\n")
+        return 2
+    os.setsid()
+    _proctree.become_subreaper()
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    signal.signal(signal.SIGUSR1, _kill_everything)
+    # The service going away (a handover) must not end the crawl.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _Crawl.pid = _start(command)
+    status = _wait_for(_Crawl.pid)
+    _end_the_rest()
+    try:
+        _write_status(status_path, status, _Crawl.pid)
+    except OSError as e:
+        sys.stderr.write(f"netweir-serve: could not write the job's exit status: {e}\n")
+        return 1
+    return 0

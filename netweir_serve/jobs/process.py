@@ -1,0 +1,240 @@
+"""A job's processes: how a crawl is started, signalled and watched.
+
+A job runs as two processes: the crawl's parent (``_crawlparent``, a few
+milliseconds of standard library in a session of its own, a child
+subreaper) and under it ``netweir crawl``, started by a short start-up
+step that reads the job's settings and arguments from a private file
+(``DIR/run/JOB.json``, mode 0600, deleted once read) and then runs
+``netweir`` exactly as ``python -m netweir crawl`` would. So no setting
+(a proxy password, an API key) is on any command line, where every user of
+the machine can read it in ``/proc/PID/cmdline``.
+
+The service watches the parent: as its child (a ProcessProtocol) when it
+started it, or, after a restart, through a pidfd the reactor reads (a
+short poll where there is none). The parent writes the crawl's exit status
+beside the job's files, so its end is known either way.
+"""
+
+import json
+import os
+import signal
+import sys
+
+from twisted.internet.interfaces import IReadDescriptor
+from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from .. import _proctree
+from . import datapaths
+
+# What the job's environment must never see: the service's credentials.
+SECRET_PREFIX = "NETWEIR_SERVE_"
+
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The crawl's parent: this copy of netweir_serve importable, without the
+# job's working directory (the project's folder) on sys.path, where a
+# spider's json.py would shadow the standard library's.
+_PARENT_BOOTSTRAP = (
+    "import sys\n"
+    "del sys.path[0]\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from netweir_serve.jobs import _crawlparent\n"
+    "sys.exit(_crawlparent.main(sys.argv[2:]))\n"
+)
+
+# The crawl's start-up step: ``python -c`` puts the working directory first
+# on sys.path, as ``python -m`` does, then netweir runs as its __main__.
+_CRAWL_START = (
+    "import json, os, runpy, sys\n"
+    "path = sys.argv[1]\n"
+    "with open(path, encoding='utf-8') as f:\n"
+    "    private = json.load(f)\n"
+    "os.unlink(path)\n"
+    "sys.argv = ['netweir'] + sys.argv[2:] + private\n"
+    "runpy.run_module('netweir', run_name='__main__', alter_sys=True)\n"
+)
+
+# How often an adopted job's parent is looked at where there is no pidfd.
+POLL_SECONDS = 0.5
+
+
+class StartRefused(Exception):
+    """A job that cannot start; the message goes in its log."""
+
+
+def private_arguments(record, data_dir):
+    """The crawl's ``--set`` and ``-a`` arguments for ``record``: they go in
+    the private file, never on a command line. Path settings are resolved
+    in ``data_dir`` again here: the directory may have changed since the
+    job was checked (a symlink put there meanwhile)."""
+    argv = []
+    for key, value in record.settings:
+        if key in datapaths.PATH_SETTINGS:
+            try:
+                value = datapaths.prepare(data_dir, key, value)
+            except ValueError as e:
+                raise StartRefused(str(e)) from None
+        argv.append(f"--set={key}={value}")
+    argv.extend(f"-a{name}={value}" for name, value in record.arguments)
+    return argv
+
+
+def crawl_command(python, record, files, private_path):
+    """The argv of the crawl for ``record``: what any user may see of it."""
+    return [python, "-c", _CRAWL_START, private_path, "crawl", record.spider_file,
+            f"--spider={record.spider}", f"--output={files.items}",
+            f"--stats={files.stats}"]
+
+
+def parent_command(python, status_path, crawl_argv):
+    """The argv of the crawl's parent, which runs ``crawl_argv``."""
+    return [python, "-S", "-E", "-c", _PARENT_BOOTSTRAP, _PACKAGE_PARENT, status_path,
+            "--"] + crawl_argv
+
+
+def write_private_file(path, arguments):
+    """Writes ``arguments`` (a list of strings) to ``path`` for the crawl's
+    start-up step, readable by this user alone; a file or link already
+    there is refused (OSError), never followed."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, json.dumps(arguments).encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def job_environment(environ):
+    env = {k: v for k, v in environ.items() if not k.startswith(SECRET_PREFIX)}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def exit_status_of(reason):
+    """The exit status in ``reason`` (a negative signal number if killed)."""
+    value = reason.value
+    if getattr(value, "signal", None) is not None:
+        return -value.signal
+    return getattr(value, "exitCode", None)
+
+
+def send_signal(pid, signum, group):
+    """Signals the process ``pid``, or its whole process group; a process
+    that is already gone is not an error."""
+    try:
+        if group:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# What the service sends the crawl's parent: a cancel, and the kill of the
+# crawl and everything it started (see _crawlparent).
+CANCEL_SIGNAL = signal.SIGTERM
+KILL_SIGNAL = signal.SIGUSR1
+
+
+class CrawlProtocol(ProcessProtocol):
+    """Reports the end of one job's parent process to ``ended(jobid, status)``
+    with its exit status (negative: the signal that killed it)."""
+
+    def __init__(self, jobid, ended):
+        self.jobid = jobid
+        self._ended = ended
+
+    def processEnded(self, reason):
+        self._ended(self.jobid, exit_status_of(reason))
+
+
+@implementer(IReadDescriptor)
+class _PidfdWatch:
+    """A pidfd in the reactor: readable once its process has ended."""
+
+    log = Logger()
+
+    def __init__(self, reactor, fd, ended):
+        self._reactor = reactor
+        self._fd = fd
+        self._ended = ended
+
+    def fileno(self):
+        return self._fd
+
+    def logPrefix(self):
+        return "pidfd"
+
+    def doRead(self):
+        self.stop()
+        self._ended()
+
+    def connectionLost(self, reason):
+        self.stop()
+
+    def stop(self):
+        if self._fd is not None:
+            self._reactor.removeReader(self)
+            os.close(self._fd)
+            self._fd = None
+
+
+class _PollWatch:
+    def __init__(self, reactor, pid, identity, ended):
+        self._reactor = reactor
+        self._pid = pid
+        self._identity = identity
+        self._ended = ended
+        self._call = reactor.callLater(POLL_SECONDS, self._look)
+
+    def _look(self):
+        if _proctree.start_time(self._pid) != self._identity:
+            self._call = None
+            self._ended()
+        else:
+            self._call = self._reactor.callLater(POLL_SECONDS, self._look)
+
+    def stop(self):
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+
+def watch_exit(reactor, pid, identity, ended):
+    """Calls ``ended()`` once the process ``pid`` (whose start_time is
+    ``identity``), not a child of this one, has ended. Returns a watch with
+    ``stop()``. Raises ProcessLookupError if it has already gone."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is not None and hasattr(reactor, "addReader"):
+        try:
+            fd = opener(pid)
+        except ProcessLookupError:
+            raise
+        except OSError:
+            fd = None
+        if fd is not None:
+            # The pid could have been reused between the caller's check and
+            # the open: look again through the descriptor we now hold.
+            if _proctree.start_time(pid) != identity:
+                os.close(fd)
+                raise ProcessLookupError(pid)
+            watch = _PidfdWatch(reactor, fd, ended)
+            reactor.addReader(watch)
+            return watch
+    if _proctree.start_time(pid) != identity:
+        raise ProcessLookupError(pid)
+    return _PollWatch(reactor, pid, identity, ended)
+
+
+def python_of(python):
+    return python or sys.executable
