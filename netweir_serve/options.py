@@ -9,10 +9,12 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from twisted.python import usage
 
 from . import __version__
+from .jobs.records import OUTCOMES
 from .projects import ProjectError, ProjectTable, parse_project
 
 USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
@@ -22,6 +24,9 @@ PASSWORD_VARIABLE = "NETWEIR_SERVE_PASSWORD"
 # warn, error or critical.
 LOG_LEVEL_VARIABLE = "NETWEIR_SERVE_LOG_LEVEL"
 LOG_LEVELS = ("debug", "info", "warn", "error", "critical")
+
+# The key that signs each --notify POST (X-Netweir-Signature), if set.
+NOTIFY_SECRET_VARIABLE = "NETWEIR_SERVE_NOTIFY_SECRET"
 
 # Seconds between a cancel and the kill: 30 unless this says otherwise. Not
 # an option, so the command line stays that of `netweir serve`; tests set it.
@@ -81,6 +86,12 @@ class ServeConfig:
     poll_interval: float = 5.0
     # debug logs each request; info, warn, error, critical.
     log_level: str = "info"
+    # URLs to POST to when a job ends (--notify), the outcomes that are
+    # sent (--notify-on), the key that signs them, seconds each try has.
+    notify: tuple = ()
+    notify_on: tuple = OUTCOMES
+    notify_secret: str = None
+    notify_timeout: float = 10.0
 
     @property
     def loopback_only(self):
@@ -107,6 +118,29 @@ def _whole_number(flag, minimum):
         return value
 
     return parse
+
+
+def parse_notify_url(text):
+    """A --notify URL, checked: http or https, with a host."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise usage.UsageError(f"--notify takes an http:// or https:// URL, not {text!r}")
+    try:
+        text.encode("ascii")
+    except UnicodeEncodeError:
+        raise usage.UsageError(f"--notify {text!r}: write the URL in ASCII"
+                               " (percent-encoded, with an IDNA host name)") from None
+    return text
+
+
+def parse_outcomes(text):
+    """--notify-on's comma-separated outcomes, checked."""
+    chosen = [word.strip().lower() for word in text.split(",") if word.strip()]
+    unknown = [word for word in chosen if word not in OUTCOMES]
+    if not chosen or unknown:
+        raise usage.UsageError(f"--notify-on takes outcomes among {', '.join(OUTCOMES)},"
+                               f" comma-separated, not {text!r}")
+    return tuple(o for o in OUTCOMES if o in chosen)
 
 
 class ServeOptions(usage.Options):
@@ -145,6 +179,8 @@ class ServeOptions(usage.Options):
         super().__init__()
         self.environ = os.environ if environ is None else environ
         self["project"] = []
+        self["notify"] = []
+        self["notify-on"] = OUTCOMES
 
     def getSynopsis(self):
         # Under twistd the parent's usage line comes first; alone, ours.
@@ -156,6 +192,14 @@ class ServeOptions(usage.Options):
         """print netweir-serve's version and exit"""
         print(f"netweir-serve {__version__}")
         raise SystemExit(0)
+
+    def opt_notify(self, url):
+        """POST a JSON notice to URL when a job ends; give it once per URL (see --notify-on, and $NETWEIR_SERVE_NOTIFY_SECRET to sign them)"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        self["notify"].append(parse_notify_url(url))
+
+    def opt_notify_on(self, value):
+        """the outcomes --notify sends, comma-separated (default: finished,failed,cancelled,lost)"""  # noqa: E501
+        self["notify-on"] = parse_outcomes(value)
 
     def opt_project(self, value):
         """serve a spider file or directory as project NAME (NAME=PATH; a bare PATH is named after it); give it once per project"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
@@ -213,6 +257,7 @@ class ServeOptions(usage.Options):
             raise usage.UsageError(f"{LOG_LEVEL_VARIABLE} must be debug, info, warn, error"
                                    f" or critical, not {level!r}")
         self["grace"], self["log-level"] = grace, level
+        self["notify-secret"] = self.environ.get(NOTIFY_SECRET_VARIABLE) or None
 
     def config(self):
         """The checked options as a ServeConfig."""
@@ -227,4 +272,7 @@ class ServeOptions(usage.Options):
             max_jobs_per_spider=self["max-jobs-per-spider"],
             keep=self["keep"],
             credentials=self["credentials"],
+            notify=tuple(self["notify"]),
+            notify_on=tuple(self["notify-on"]),
+            notify_secret=self["notify-secret"],
         )

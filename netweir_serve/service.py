@@ -14,7 +14,9 @@ from .dirlock import DirectoryUnusable, lock_directory
 from . import _proctree
 from .jobs.adoption import settle_left_running
 from .jobs.events import ENDED, QUEUED, JobEvents
+from .jobs.history import StatsHistory
 from .jobs.launcher import Launcher
+from .jobs.notify import Notifier
 from .jobs.process import job_environment
 from .jobs.poller import Poller
 from .jobs.pruning import Pruner
@@ -25,13 +27,16 @@ from .jobs.submit import JobSubmitter
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .web.api import Api
+from .web.events import EventHub, Events
 from .web.guard import GuardedResource
 from .web.limits import limit
 from .web.listings import listers
 from .web.liststats import LogParserStats
+from .web.metrics import Metrics, ServiceMetrics, metrics_registry
 from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
+from .web.views import job_entry
 
 log = Logger()
 
@@ -218,10 +223,28 @@ def makeService(config, reactor):
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
     submitter = JobSubmitter(config.projects, store, scheduler, reader, config.directory)
-    timetable = Timetable(store, submitter, reactor, environ=os.environ)
+    # Watching: the stats over time, the /events stream, /metrics, --notify.
+    history = StatsHistory(config.directory, launcher.running_stats, reactor)
+    history.subscribe(events)
+    hub = EventHub(reactor, launcher.running_stats)
+    hub.subscribe(events)
+    metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams)
+    metrics.subscribe(events)
+    Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
+             secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)
+    timetable = Timetable(store, submitter, reactor, environ=os.environ,
+                          on_change=lambda r: (hub.schedule_changed(r),
+                                               metrics.schedule_changed(r)))
+    hub.show_schedules(timetable)
+    timetable.schedules().addCallbacks(
+        metrics.seed_schedules,
+        lambda f: log.failure("could not read the schedules for /metrics", f))
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
-              max_per_spider=config.max_jobs_per_spider)
-    root = Root(api, config.directory, pages=site_pages(api), listers=listers(config.projects),
+              max_per_spider=config.max_jobs_per_spider, history=history)
+    watching = {b"events": Events(hub),
+                b"metrics": Metrics(metrics, metrics_registry(metrics))}
+    root = Root(api, config.directory, pages={**site_pages(api), **watching},
+                listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, launcher, config.directory,
                                                          reactor)})
     site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
