@@ -7,25 +7,26 @@ import shlex
 import sys
 
 from twisted.application import service
-from twisted.internet.error import CannotListenError
 from twisted.logger import (
     FilteringLogObserver, LogLevel, LogLevelFilterPredicate, globalLogBeginner,
     textFileLogObserver)
 from twisted.python import usage
 
 from .dirlock import DirectoryBusy, DirectoryUnusable
+from .listening import ListenError
 from .options import ServeOptions
-from .service import makeService
+from .service import CannotListen, makeService
 
 PROG = "netweir-serve"
 
 # The .tac file reads its options from here, as a command line would give them.
 TAC_OPTIONS_VARIABLE = "NETWEIR_SERVE_OPTIONS"
 
-def parse(argv, environ=None):
-    """ServeOptions for ``argv``; on a usage error, prints one line and
-    exits with status 2 before anything is written."""
-    options = ServeOptions(environ)
+def parse(argv, environ=None, checkers=()):
+    """ServeOptions for ``argv`` (with more twisted.cred ``checkers`` of
+    basic auth, if any); on a usage error, prints one line and exits with
+    status 2 before anything is written."""
+    options = ServeOptions(environ, checkers)
     try:
         options.parseOptions(argv)
     except usage.UsageError as e:
@@ -37,12 +38,17 @@ def parse(argv, environ=None):
 
 def build(options, reactor):
     """The service for parsed ``options``; exits with status 1 when the
-    directory belongs to another running service or cannot be used."""
+    directory belongs to another running service or cannot be used, 2 when
+    an endpoint cannot be made (TLS files that do not load, a systemd
+    socket that was not passed on)."""
     try:
         return makeService(options.config(), reactor)
     except (DirectoryBusy, DirectoryUnusable) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(1) from None
+    except ListenError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        raise SystemExit(2) from None
 
 
 def _start_logging(level):
@@ -57,19 +63,19 @@ def main(argv=None):
     a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options."""
     options = parse(sys.argv[1:] if argv is None else argv)
     level = LogLevel.levelWithName(options["log-level"])
-    # The service speaks plain HTTP: keep Twisted from loading pyOpenSSL for
-    # TLS it will never use (about 12 MB, and every connection's writes go
-    # through its TLS layer once it is there).
-    sys.modules.setdefault("OpenSSL", None)
+    # Without an ssl: endpoint the service speaks plain HTTP: keep Twisted
+    # from loading pyOpenSSL for TLS it will never use (about 12 MB, and
+    # every connection's writes go through its TLS layer once it is there).
+    if not any(listener.tls for listener in options.config().endpoints):
+        sys.modules.setdefault("OpenSSL", None)
     from twisted.internet import reactor
 
     serve = build(options, reactor)
     _start_logging(level)
     try:
         serve.privilegedStartService()
-    except CannotListenError as e:
-        sys.stderr.write(f"{PROG}: error: cannot listen on {options['bind']}:{options['port']}:"
-                         f" {e.socketError}\n")
+    except CannotListen as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(1) from None
     reactor.callWhenRunning(serve.startService)
     reactor.callWhenRunning(serve.install_signal_handlers)
@@ -87,11 +93,13 @@ def twistd_service(options):
     return serve
 
 
-def tac_application(environ=None):
+def tac_application(environ=None, checkers=()):
     """The twistd ``application`` of netweir-serve.tac: options from
-    $NETWEIR_SERVE_OPTIONS, else the documented defaults."""
+    $NETWEIR_SERVE_OPTIONS, else the documented defaults. ``checkers`` are
+    twisted.cred checkers of basic auth, beside or instead of the username
+    and password (docs/security.md)."""
     environ = os.environ if environ is None else environ
-    options = parse(shlex.split(environ.get(TAC_OPTIONS_VARIABLE, "")), environ)
+    options = parse(shlex.split(environ.get(TAC_OPTIONS_VARIABLE, "")), environ, checkers)
     application = service.Application(PROG)
     twistd_service(options).setServiceParent(application)
     return application

@@ -4,7 +4,6 @@ The flags are those of ``netweir serve``, so either command line works with
 the other. Everything is checked here, before anything is written to disk.
 """
 
-import ipaddress
 import os
 import socket
 import sys
@@ -15,6 +14,7 @@ from twisted.python import usage
 
 from . import __version__
 from .jobs.records import OUTCOMES
+from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_listener
 from .projects import ProjectError, ProjectTable, parse_project
 
 USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
@@ -45,16 +45,6 @@ def default_max_jobs():
     return os.cpu_count() or 1
 
 
-def is_loopback(address):
-    """Whether only programs on this machine can reach ``address``."""
-    if address.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
 class ServeConfig:
     """Everything the service is set up with, checked: the input of
@@ -70,6 +60,13 @@ class ServeConfig:
     max_jobs_per_spider: int = None
     keep: int = 100
     credentials: tuple = None
+    # More twisted.cred checkers of basic auth (a .tac file plugs them in).
+    checkers: tuple = ()
+    # Endpoints other machines reach may go without a password.
+    insecure_no_auth: bool = False
+    # Where it listens (listening.Listener each, from --listen); none: the
+    # tcp endpoint of bind and port.
+    listeners: tuple = ()
     # The name this service claims jobs under (listjobs' node_name too).
     node: str = socket.gethostname()
     # The interpreter jobs and spider readers run in (it needs netweir).
@@ -94,17 +91,36 @@ class ServeConfig:
     notify_timeout: float = 10.0
 
     @property
-    def loopback_only(self):
-        return is_loopback(self.bind)
+    def endpoints(self):
+        """The Listeners to listen on: --listen's, or --bind and --port's."""
+        return self.listeners or (tcp_listener(self.bind, self.port),)
 
-    def warnings(self):
-        """Sentences to log at start about how this configuration is exposed."""
+    @property
+    def authenticated(self):
+        """Whether every request needs a username and password."""
+        return self.credentials is not None or bool(self.checkers)
+
+    def warnings(self, reaches=None):
+        """Sentences to log at start about how this configuration is exposed;
+        ``reaches`` are the endpoints' reach as found when listening (a
+        systemd socket's is known only then)."""
         found = []
         if not len(self.projects):
             found.append("no --project given: there are no spiders to run")
-        if not self.loopback_only and self.credentials is None:
-            found.append(EXPOSED_WARNING.format(bind=self.bind))
+        reaches = reaches or [e.reach for e in self.endpoints]
+        for endpoint, reach in zip(self.endpoints, reaches):
+            if reach == PUBLIC and not self.authenticated:
+                shown = self.bind if not self.listeners else endpoint.description
+                found.append(EXPOSED_WARNING.format(bind=shown))
         return found
+
+
+def exposed_refusal(given):
+    """The usage error for an endpoint other machines reach, without auth."""
+    return (f"{given} lets other machines reach the service, and"
+            " no username and password are set: set NETWEIR_SERVE_USERNAME and"
+            " NETWEIR_SERVE_PASSWORD, or give --insecure-no-auth if you really"
+            " mean to let anyone who can reach it run spiders")
 
 
 def _whole_number(flag, minimum):
@@ -155,12 +171,13 @@ class ServeOptions(usage.Options):
     )
     optFlags = [
         ["insecure-no-auth", None,
-         "allow --bind to an address other machines can reach without a username"
-         " and password"],
+         "allow --bind (or a --listen endpoint) on an address other machines can reach"
+         " without a username and password"],
     ]
     optParameters = [
-        ["bind", None, "127.0.0.1", "the address to listen on"],
-        ["port", None, 6800, "the port to listen on", _whole_number("--port", 0)],
+        ["bind", None, None, "the address to listen on (default 127.0.0.1)"],
+        ["port", None, None, "the port to listen on (default 6800)",
+         _whole_number("--port", 0)],
         ["dir", None, "netweir-serve", "where the job table, logs, items and stats go"],
         ["max-jobs", None, None,
          "how many jobs run at once (default: one per CPU)", _whole_number("--max-jobs", 1)],
@@ -175,10 +192,13 @@ class ServeOptions(usage.Options):
          " command line is readable by every user in ps and /proc)"],
     ]
 
-    def __init__(self, environ=None):
+    def __init__(self, environ=None, checkers=()):
         super().__init__()
         self.environ = os.environ if environ is None else environ
+        # twisted.cred checkers a .tac plugs in: they count as a password.
+        self.checkers = tuple(checkers)
         self["project"] = []
+        self["listen"] = []
         self["notify"] = []
         self["notify-on"] = OUTCOMES
 
@@ -201,6 +221,13 @@ class ServeOptions(usage.Options):
         """the outcomes --notify sends, comma-separated (default: finished,failed,cancelled,lost)"""  # noqa: E501
         self["notify-on"] = parse_outcomes(value)
 
+    def opt_listen(self, description):
+        """listen on this Twisted endpoint description (tcp:6800:interface=127.0.0.1, ssl:6443:privateKey=key.pem:certKey=cert.pem, unix:/run/netweir-serve.sock:mode=660, systemd:domain=INET:index=0); give it once per endpoint, in place of --bind and --port"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        try:
+            self["listen"].append(parse_listener(description))
+        except ListenError as e:
+            raise usage.UsageError(str(e)) from None
+
     def opt_project(self, value):
         """serve a spider file or directory as project NAME (NAME=PATH; a bare PATH is named after it); give it once per project"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
         try:
@@ -210,6 +237,13 @@ class ServeOptions(usage.Options):
 
     def postOptions(self):
         self._environment_settings()
+        if self["listen"] and (self["bind"] is not None or self["port"] is not None):
+            given = "--bind" if self["bind"] is not None else "--port"
+            raise usage.UsageError(
+                f"{given} beside --listen: with --listen, the --listen options name every"
+                " endpoint (for --bind A --port N, give --listen tcp:N:interface=A)")
+        self["bind"] = "127.0.0.1" if self["bind"] is None else self["bind"]
+        self["port"] = 6800 if self["port"] is None else self["port"]
         if self["port"] > 65535:
             raise usage.UsageError(f"--port must be at most 65535, not {self['port']}")
         try:
@@ -231,17 +265,14 @@ class ServeOptions(usage.Options):
         if username is not None and ":" in username:
             raise usage.UsageError("the username must not contain ':' (HTTP basic auth)")
         self["credentials"] = (username, password) if username is not None else None
-        if (
-            not is_loopback(self["bind"])
-            and self["credentials"] is None
-            and not self["insecure-no-auth"]
-        ):
-            raise usage.UsageError(
-                f"--bind {self['bind']} lets other machines reach the service, and"
-                " no username and password are set: set NETWEIR_SERVE_USERNAME and"
-                " NETWEIR_SERVE_PASSWORD, or give --insecure-no-auth if you really"
-                " mean to let anyone who can reach it run spiders"
-            )
+        authenticated = self["credentials"] is not None or bool(self.checkers)
+        if authenticated or self["insecure-no-auth"]:
+            return
+        if not self["listen"] and not is_loopback(self["bind"]):
+            raise usage.UsageError(exposed_refusal(f"--bind {self['bind']}"))
+        for listener in self["listen"]:
+            if listener.reach == PUBLIC:
+                raise usage.UsageError(exposed_refusal(f"--listen {listener.description}"))
 
     def _environment_settings(self):
         grace_text = self.environ.get(GRACE_VARIABLE, "")
@@ -272,6 +303,9 @@ class ServeOptions(usage.Options):
             max_jobs_per_spider=self["max-jobs-per-spider"],
             keep=self["keep"],
             credentials=self["credentials"],
+            checkers=self.checkers,
+            insecure_no_auth=bool(self["insecure-no-auth"]),
+            listeners=tuple(self["listen"]),
             notify=tuple(self["notify"]),
             notify_on=tuple(self["notify-on"]),
             notify_secret=self["notify-secret"],

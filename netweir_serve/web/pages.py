@@ -1,4 +1,5 @@
-"""The HTML pages: / (home) and /jobs (scrapyd's jobs page).
+"""The HTML pages: / (home, with the live dashboard of web/dashboard/ on
+top) and /jobs (scrapyd's jobs page).
 
 Dashboards read these, not people alone: ScrapydWeb refuses to start
 unless ``GET /`` answers 200, and reads /jobs with a regular expression
@@ -22,6 +23,7 @@ from .. import __version__
 from ..jobs.records import FINISHED, RUNNING
 from ..schedules.timetable import shown_times
 from .answer import write_error
+from .dashboard import dashboard_section, static_files
 from .deferred import render_result
 from .views import items_url, log_url
 
@@ -58,6 +60,8 @@ ENDPOINTS = (
     ("pauseschedule.json", "POST", "project, name", False),
     ("resumeschedule.json", "POST", "project, name", False),
     ("delschedule.json", "POST", "project, name", False),
+    ("events", "GET", "(a stream of server-sent events: job, schedule)", False),
+    ("metrics", "GET", "(Prometheus text format)", True),
 )
 
 
@@ -134,6 +138,8 @@ def home_html(projects, version):
     body = (
         "<h1>netweir-serve</h1>\n"
         f"<p>Runs Netweir spiders as jobs; version {escape(version)}.</p>\n"
+        '<link rel="stylesheet" href="/dashboard/dashboard.css">\n'
+        f"{dashboard_section()}"
         f"<p>{link('/jobs', 'Jobs')}: pending, running and finished jobs, with their"
         " logs and items.</p>\n"
         f"<h2>Projects</h2>\n{project_list}"
@@ -281,4 +287,5 @@ class Jobs(HtmlPage):
 
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
-    return {b"": Home(api.projects), b"jobs": Jobs(api.store, api.timetable)}
+    return {b"": Home(api.projects), b"jobs": Jobs(api.store, api.timetable),
+            b"dashboard": static_files()}

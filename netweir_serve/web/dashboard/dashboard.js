@@ -1,0 +1,321 @@
+// netweir-serve's live dashboard: reads the listings once, then follows
+// GET /events (server-sent events) and redraws what changed. Charts are
+// SVG drawn here from each job's stats over time (jobstats.json?history=1,
+// then the stats of each "job" event). No build step, no library.
+"use strict";
+
+(function () {
+  const FINISHED_SHOWN = 20;     // recent finished jobs on the page
+  const HISTORY_FETCHED = 10;    // of which this many get a chart at load
+  const RATE_WINDOW = 60;        // seconds the "rates now" look back
+  const MAX_POINTS = 600;        // points kept per chart in the page
+
+  const jobs = new Map();        // id -> entry (with state)
+  const series = new Map();      // id -> [{t, items, pages}]
+  const schedules = new Map();   // name -> entry
+  let drawing = false;
+
+  // -- helpers ----------------------------------------------------------------
+
+  function esc(value) {
+    return String(value === null || value === undefined ? "" : value)
+      .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+      .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
+  }
+
+  function parseTime(text) {
+    // scrapyd's "YYYY-MM-DD HH:MM:SS.ffffff", local time.
+    if (!text) return null;
+    const t = Date.parse(text.replace(" ", "T").slice(0, 23));
+    return isNaN(t) ? null : t / 1000;
+  }
+
+  function clock(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    const h = Math.floor(seconds / 3600), m = Math.floor(seconds / 60) % 60, s = seconds % 60;
+    return h + ":" + String(m).padStart(2, "0") + ":" + String(s).padStart(2, "0");
+  }
+
+  function shortTime(seconds) {
+    if (seconds === null) return "";
+    return new Date(seconds * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit",
+                                                            second: "2-digit"});
+  }
+
+  function number(stats, key) {
+    const v = stats ? stats[key] : null;
+    return typeof v === "number" ? v : null;
+  }
+
+  async function getJSON(url) {
+    const answer = await fetch(url, {cache: "no-store", credentials: "same-origin"});
+    return answer.json();
+  }
+
+  async function post(url, fields) {
+    const answer = await fetch(url, {method: "POST", body: new URLSearchParams(fields),
+                                     credentials: "same-origin"});
+    let body;
+    try { body = await answer.json(); } catch (e) { body = {message: answer.statusText}; }
+    return body;
+  }
+
+  // -- the data ---------------------------------------------------------------
+
+  function addPoint(id, time, stats) {
+    const items = number(stats, "items"), pages = number(stats, "fetched");
+    if (items === null && pages === null) return;
+    const points = series.get(id) || [];
+    const last = points[points.length - 1];
+    if (last && last.t >= time) return;
+    if (last && last.items === items && last.pages === pages && time - last.t < 5) return;
+    points.push({t: time, items: items || 0, pages: pages || 0});
+    if (points.length > MAX_POINTS) points.splice(0, points.length - MAX_POINTS);
+    series.set(id, points);
+  }
+
+  async function loadHistory(id) {
+    const answer = await getJSON("/jobstats.json?history=1&job=" + encodeURIComponent(id));
+    if (answer.status !== "ok") return;
+    const points = [];
+    series.set(id, points);
+    for (const point of answer.history || []) addPoint(id, point.time, point.stats);
+    if (answer.stats) {
+      addPoint(id, Date.now() / 1000, answer.stats);
+      const entry = jobs.get(id);
+      if (entry && entry.state === answer.state && !entry.stats) entry.stats = answer.stats;
+    }
+    redraw();
+  }
+
+  async function reload() {
+    const listing = await getJSON("/listjobs.json");
+    if (listing.status !== "ok") { setLive("error: " + listing.message); return; }
+    const seen = new Set();
+    for (const state of ["pending", "running", "finished"]) {
+      for (const entry of listing[state]) {
+        const known = jobs.get(entry.id);
+        jobs.set(entry.id, Object.assign({}, entry, {state: state,
+          stats: known && known.state === state ? known.stats : entry.stats}));
+        seen.add(entry.id);
+      }
+    }
+    for (const id of Array.from(jobs.keys())) if (!seen.has(id)) jobs.delete(id);
+    const wanted = listing.running.map(e => e.id)
+      .concat(listing.finished.slice(0, HISTORY_FETCHED).map(e => e.id));
+    for (const id of wanted) if (!series.has(id)) loadHistory(id).catch(() => {});
+    const listed = await getJSON("/listschedules.json");
+    if (listed.status === "ok") {
+      schedules.clear();
+      for (const entry of listed.schedules) schedules.set(entry.name, entry);
+    }
+    redraw();
+  }
+
+  function jobEvent(entry) {
+    const known = jobs.get(entry.id);
+    jobs.set(entry.id, entry);
+    if (entry.stats && (entry.state === "running" || entry.state === "finished")) {
+      addPoint(entry.id, entry.time, entry.stats);
+    }
+    if (entry.state === "running" && !series.has(entry.id) && !(known && known.state === "running")) {
+      series.set(entry.id, []);
+    }
+    redraw();
+  }
+
+  function scheduleEvent(entry) {
+    if (entry.deleted) schedules.delete(entry.name);
+    else schedules.set(entry.name, entry);
+    redraw();
+  }
+
+  // -- drawing ----------------------------------------------------------------
+
+  function chart(id, width, height) {
+    const points = series.get(id) || [];
+    const pad = 2;
+    let lines = "";
+    if (points.length) {
+      const t0 = points[0].t, t1 = Math.max(points[points.length - 1].t, t0 + 1);
+      const top = Math.max(1, ...points.map(p => Math.max(p.items, p.pages)));
+      const x = t => pad + (t - t0) / (t1 - t0) * (width - 2 * pad);
+      const y = v => height - pad - v / top * (height - 2 * pad);
+      const line = key => points.map(p => x(p.t).toFixed(1) + "," + y(p[key]).toFixed(1))
+        .join(" ");
+      const one = points.length === 1;
+      for (const [key, cls] of [["pages", "pages"], ["items", "items"]]) {
+        lines += one
+          ? `<circle class="${cls}" cx="${x(points[0].t).toFixed(1)}" cy="${y(points[0][key]).toFixed(1)}" r="2"></circle>`
+          : `<polyline class="${cls}" points="${line(key)}"></polyline>`;
+      }
+    }
+    const last = points[points.length - 1];
+    const title = last ? `${last.items} items, ${last.pages} pages` : "no stats yet";
+    return `<svg class="chart" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}"` +
+      ` role="img" aria-label="items and pages over time"><title>${esc(title)}</title>` +
+      `<rect class="frame" x="0.5" y="0.5" width="${width - 1}" height="${height - 1}"></rect>${lines}</svg>`;
+  }
+
+  function ratesNow(id) {
+    const points = series.get(id) || [];
+    if (points.length < 2) return "";
+    const last = points[points.length - 1];
+    let first = points[0];
+    for (const p of points) { if (last.t - p.t <= RATE_WINDOW) { first = p; break; } }
+    if (first === last) first = points[points.length - 2];
+    const minutes = (last.t - first.t) / 60;
+    if (minutes <= 0) return "";
+    const rate = (a, b) => Math.max(0, (a - b) / minutes).toFixed(1);
+    return `${rate(last.items, first.items)} items/min<br>${rate(last.pages, first.pages)} pages/min`;
+  }
+
+  function cancelButton(entry) {
+    const asked = entry.cancel_requested ? " (asked)" : "";
+    return `<button type="button" class="cancel" data-action="cancel" data-project="${esc(entry.project)}"` +
+      ` data-id="${esc(entry.id)}">Cancel${asked}</button>`;
+  }
+
+  function jobCell(entry) {
+    return `<a href="${esc(entry.log_url)}">${esc(entry.id)}</a>`;
+  }
+
+  function spiderCell(entry) {
+    return esc(entry.project) + "/" + esc(entry.spider);
+  }
+
+  const rows = {
+    running(entry, now) {
+      const start = parseTime(entry.start_time);
+      const stats = entry.stats;
+      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+        `<td>${esc(shortTime(start))}</td><td>${start === null ? "" : clock(now - start)}</td>` +
+        `<td>${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
+        `<td class="rates">${ratesNow(entry.id)}</td><td>${chart(entry.id, 200, 40)}</td>` +
+        `<td>${cancelButton(entry)}</td>`;
+    },
+    pending(entry) {
+      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+        `<td>${esc(entry.priority)}</td><td>${esc(entry.waiting_for || "a free slot")}</td>` +
+        `<td>${cancelButton(entry)}</td>`;
+    },
+    finished(entry) {
+      const start = parseTime(entry.start_time), end = parseTime(entry.end_time);
+      const items = number(entry.stats, "items");
+      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+        `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
+        `<td>${esc(shortTime(end))}</td><td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
+        `<td>${esc(items ?? "")}</td><td>${series.has(entry.id) ? chart(entry.id, 120, 24) : ""}</td>`;
+    },
+  };
+
+  function ordered(state) {
+    const list = Array.from(jobs.values()).filter(e => e.state === state);
+    if (state === "pending") list.sort((a, b) => (b.priority || 0) - (a.priority || 0));
+    if (state === "running") list.sort((a, b) => (parseTime(a.start_time) || 0) - (parseTime(b.start_time) || 0));
+    if (state === "finished") {
+      list.sort((a, b) => (parseTime(b.end_time) || 0) - (parseTime(a.end_time) || 0));
+      return list.slice(0, FINISHED_SHOWN);
+    }
+    return list;
+  }
+
+  // Rows are kept by key and rewritten only when their markup changed, so a
+  // button being clicked is not replaced under the pointer for nothing.
+  function sync(section, keyed) {
+    const body = document.querySelector(`#${section} tbody`);
+    const existing = new Map();
+    for (const tr of Array.from(body.rows)) existing.set(tr.dataset.key, tr);
+    let previous = null;
+    for (const [key, attrs, html] of keyed) {
+      let tr = existing.get(key);
+      if (!tr) {
+        tr = document.createElement("tr");
+        tr.dataset.key = key;
+        for (const [name, value] of Object.entries(attrs)) tr.setAttribute(name, value);
+      }
+      existing.delete(key);
+      if (tr.dataset.html !== html) { tr.innerHTML = html; tr.dataset.html = html; }
+      const next = previous ? previous.nextSibling : body.firstChild;
+      if (next !== tr) body.insertBefore(tr, next);
+      previous = tr;
+    }
+    for (const tr of existing.values()) tr.remove();
+    document.querySelector(`#${section} .count`).textContent = keyed.length ? `(${keyed.length})` : "";
+  }
+
+  function draw() {
+    drawing = false;
+    const now = Date.now() / 1000;
+    for (const state of ["running", "pending", "finished"]) {
+      sync(state, ordered(state).map(e => [e.id, {"data-job": e.id, "class": state},
+                                           rows[state](e, now)]));
+    }
+    sync("schedules", Array.from(schedules.values()).map(s => [s.name, {"data-schedule": s.name},
+      `<td>${esc(s.name)}</td><td>${spiderCell(s)}</td>` +
+      `<td>${esc(s.cron ? "cron " + s.cron : "every " + s.every)} (${esc(s.tz)})</td>` +
+      `<td>${esc(s.next_run || "")}</td><td>${esc(s.runs)}${s.skipped ? ", " + esc(s.skipped) + " skipped" : ""}</td>` +
+      `<td>${s.paused ? "paused" : s.error ? "error: " + esc(s.error) : "active"}</td>`]));
+  }
+
+  function redraw() {
+    if (!drawing) { drawing = true; requestAnimationFrame(draw); }
+  }
+
+  function setLive(text) {
+    document.getElementById("live-state").textContent = text;
+    document.getElementById("dashboard").dataset.state = text;
+  }
+
+  // -- the run form -----------------------------------------------------------
+
+  async function loadSpiders(form) {
+    const project = form.project.value;
+    form.spider.innerHTML = "";
+    if (!project) return;
+    const answer = await getJSON("/listspiders.json?project=" + encodeURIComponent(project));
+    for (const name of answer.spiders || []) form.spider.add(new Option(name, name));
+  }
+
+  async function setUpForm() {
+    const form = document.getElementById("run");
+    const answer = await getJSON("/listprojects.json");
+    for (const name of answer.projects || []) form.project.add(new Option(name, name));
+    form.project.addEventListener("change", () => loadSpiders(form));
+    await loadSpiders(form);
+    form.addEventListener("submit", async event => {
+      event.preventDefault();
+      const result = form.querySelector(".result");
+      const answer = await post("/schedule.json", {project: form.project.value,
+                                                  spider: form.spider.value});
+      result.textContent = answer.status === "ok" ? "queued " + answer.jobid : answer.message;
+    });
+  }
+
+  document.addEventListener("click", async event => {
+    const button = event.target.closest("button[data-action=cancel]");
+    if (!button) return;
+    button.disabled = true;
+    const answer = await post("/cancel.json", {project: button.dataset.project,
+                                              job: button.dataset.id});
+    if (answer.status !== "ok") { button.disabled = false; button.title = answer.message; }
+  });
+
+  // -- the stream -------------------------------------------------------------
+
+  function connect() {
+    const events = new EventSource("/events");
+    events.addEventListener("open", () => {
+      setLive("live");
+      reload().catch(e => setLive("error: " + e));
+    });
+    events.addEventListener("error", () => setLive("reconnecting"));
+    events.addEventListener("job", e => jobEvent(JSON.parse(e.data)));
+    events.addEventListener("schedule", e => scheduleEvent(JSON.parse(e.data)));
+  }
+
+  setUpForm().catch(() => {});
+  connect();
+  // Runtimes move on between events.
+  setInterval(redraw, 1000);
+})();

@@ -1,0 +1,142 @@
+"""The live dashboard at /: its markup and files, and a real headless
+browser (Debian's chromium, driven by Playwright's Python package) that
+watches a running job's row and chart appear without a reload and cancels
+the job with its button.
+
+The browser is the system's: Playwright's own browser downloads are never
+used (``executable_path``). Where there is none, the test installs
+Debian's ``chromium`` if it runs as root with apt-get; under ``CI=true``
+it fails rather than skips when no browser (or no Playwright) can be had.
+Set ``DASHBOARD_SCREENSHOT=docs/dashboard.png`` to write the screenshot
+the docs show.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+from twisted.trial import unittest
+
+from .processes import ROOT
+from .test_jobs import CrawlTestCase
+from .test_pages import assert_valid_html
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+SCREENSHOT_VARIABLE = "DASHBOARD_SCREENSHOT"
+
+
+def find_browser():
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def install_browser():
+    """Debian's chromium, where this may install packages; its path or None."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900,
+                 env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
+    if subprocess.run(install, **quiet).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], **quiet)
+        subprocess.run(install, **quiet)
+    return find_browser()
+
+
+def browser_or_skip(test):
+    """(sync_playwright, browser path); skips, or under CI fails, without."""
+    in_ci = os.environ.get("CI", "").lower() == "true"
+
+    def unavailable(why):
+        if in_ci:
+            test.fail(f"CI=true and {why}")
+        raise unittest.SkipTest(why)
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright's Python package is not installed (pip install -e '.[test]')")
+    path = find_browser() or install_browser()
+    if path is None:
+        unavailable("no chromium to drive (apt-get install chromium)")
+    return sync_playwright, path
+
+
+class DashboardMarkupTests(CrawlTestCase):
+    def test_home_page_has_the_dashboard_and_keeps_its_links(self):
+        daemon = self.daemon()
+        status, headers, body = daemon.call("GET", "/")
+        self.assertEqual(status, 200)
+        text = body.decode()
+        assert_valid_html(self, text)
+        for marker in ('id="running"', 'id="pending"', 'id="finished"', 'id="schedules"',
+                       'id="run"', 'src="/dashboard/dashboard.js"', 'href="/jobs"',
+                       'href="/listspiders.json?project=shop"', 'href="/metrics"'):
+            self.assertIn(marker, text)
+
+    def test_the_script_and_style_sheet_and_nothing_else(self):
+        daemon = self.daemon()
+        for name, kind in (("dashboard.js", "text/javascript"), ("dashboard.css", "text/css")):
+            status, headers, body = daemon.call("GET", "/dashboard/" + name)
+            self.assertEqual((status, headers["Content-Type"]), (200, kind + "; charset=utf-8"))
+            self.assertTrue(body)
+        for path in ("/dashboard/", "/dashboard/__init__.py", "/dashboard/../service.py"):
+            self.assertEqual(daemon.call("GET", path)[0], 404, path)
+
+
+class BrowserTests(CrawlTestCase):
+    def test_a_running_job_appears_live_and_is_cancelled_with_its_button(self):
+        sync_playwright, executable = browser_or_skip(self)
+        daemon = self.daemon("--max-jobs", "2")
+        done = daemon.must_schedule("shop", "books", jobid="books-0900")
+        daemon.wait_state(done, "finished")
+        daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                         "cron": "0 3 * * *", "name": "nightly"})
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable)
+            try:
+                jobid = self.watch_and_cancel(browser, daemon, done)
+            finally:
+                browser.close()
+        state, entry = daemon.find(jobid)
+        self.assertEqual((state, entry["outcome"]), ("finished", "cancelled"))
+
+    def watch_and_cancel(self, browser, daemon, done):
+        """Opens the dashboard, starts a job, watches it, cancels it; its id."""
+        base = f"http://127.0.0.1:{daemon.port}"
+        page = browser.new_page(viewport={"width": 1100, "height": 760})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(base + "/")
+        page.wait_for_selector('#dashboard[data-state="live"]', timeout=15000)
+        page.evaluate("window.notReloaded = true")
+        self.assertEqual(page.locator("#running tbody tr").count(), 0)
+
+        jobid = daemon.must_schedule("shop", "slow", delay="0.2", jobid="slow-0915")
+        row = page.locator(f'#running tr[data-job="{jobid}"]')
+        row.wait_for(timeout=15000)
+        row.locator("svg").wait_for(timeout=5000)
+        # The first stats come within about 5 s: a line in the chart.
+        row.locator("svg polyline, svg circle").first.wait_for(timeout=30000)
+        page.locator(f'#finished tr[data-job="{done}"] svg').wait_for(timeout=10000)
+        page.locator('#schedules tr[data-schedule="nightly"]').wait_for(timeout=10000)
+        time.sleep(6)  # a second snapshot, so the chart has a line
+        shot = os.path.join(self.base, "dashboard.png")
+        page.screenshot(path=shot, full_page=False)
+        with open(shot, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        target = os.environ.get(SCREENSHOT_VARIABLE)
+        if target:
+            shutil.copyfile(shot, os.path.join(ROOT, target))
+
+        row.locator("button", has_text="Cancel").click()
+        page.locator(f'#finished tr[data-job="{jobid}"] td.outcome.cancelled').wait_for(
+            timeout=30000)
+        self.assertEqual(row.count(), 0)
+        self.assertTrue(page.evaluate("window.notReloaded === true"))
+        self.assertEqual(errors, [])
+        return jobid
