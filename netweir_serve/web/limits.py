@@ -9,7 +9,11 @@ long it takes (the Site's own idle timeout, 60 s unless set otherwise,
 still applies once an answer is finished). One client address may hold
 ``per_address`` connections open at once and all clients together
 ``total``; a connection past either cap is closed as soon as it is
-accepted, before a byte is written to it.
+accepted, before a byte is written to it. The caps are shared by every
+endpoint the service listens on (one ``ConnectionCaps``); all clients of
+a Unix socket count as one address. On a TLS endpoint the caps and the
+clock come before TLS: a connection over a cap is closed before any
+handshake, and the handshake is part of the time a client has.
 
 Wiring, with the reactor the service runs on::
 
@@ -130,13 +134,15 @@ class DeadlineChannel(HTTPChannel):
 
 
 class LimitedConnection(ProtocolWrapper):
-    """One connection of a ``ConnectionLimits``, timed by a ``RequestClock``."""
+    """One connection of a ``ConnectionLimits``, timed by a ``RequestClock``.
+    ``protocol`` is the HTTP channel, or a wrapper of it (TLS)."""
 
-    def __init__(self, factory, channel, client):
-        super().__init__(factory, channel)
+    def __init__(self, factory, protocol, client):
+        super().__init__(factory, protocol)
         self.client = client
         self._clock = RequestClock(factory.reactor, factory.deadline, self._too_slow)
-        channel.request_clock = self._clock
+        self._channel = _channel_in(protocol)
+        self._channel.request_clock = self._clock
 
     def connectionMade(self):
         self._clock.start()
@@ -156,7 +162,43 @@ class LimitedConnection(ProtocolWrapper):
         else:
             # Idle between requests: an orderly close, so that the kernel
             # still delivers the tail of the last answer to a slow reader.
-            self.wrappedProtocol.loseConnection()
+            self._channel.loseConnection()
+
+
+class ConnectionCaps:
+    """How many connections each client address and all together hold open,
+    against ``per_address`` and ``total``: one of these for every endpoint
+    the service listens on."""
+
+    def __init__(self, per_address=8, total=256):
+        self.per_address = per_address
+        self.total = total
+        self.open = 0
+        self._per_client = Counter()
+
+    def admits(self, client):
+        return self.open < self.total and self._per_client[client] < self.per_address
+
+    def opened(self, client):
+        self.open += 1
+        self._per_client[client] += 1
+
+    def closed(self, client):
+        self.open -= 1
+        self._per_client[client] -= 1
+        if not self._per_client[client]:
+            # Forget the address, or every client ever seen would stay.
+            del self._per_client[client]
+
+    def by_address(self):
+        return dict(self._per_client)
+
+
+def client_of(addr):
+    """The address a connection from ``addr`` counts against: its IP
+    address, or ``"unix"`` for every client of a Unix socket."""
+    host = getattr(addr, "host", None)
+    return host if host is not None else "unix"
 
 
 class ConnectionLimits(WrappingFactory):
@@ -166,13 +208,15 @@ class ConnectionLimits(WrappingFactory):
 
     ``reactor`` provides ``IReactorTime``; it runs every timer.
     ``per_address`` and ``total`` are the largest numbers of connections
-    held open at once by one client IP address and by all clients.
+    held open at once by one client IP address and by all clients, unless
+    ``caps`` (a ConnectionCaps shared with other endpoints) is given.
     ``deadline`` is in seconds. Listen with this factory, not the site.
     """
 
     protocol = LimitedConnection
 
-    def __init__(self, wrappedFactory, reactor, per_address=8, total=256, deadline=15.0):
+    def __init__(self, wrappedFactory, reactor, per_address=8, total=256, deadline=15.0,
+                 caps=None):
         if not _builds_deadline_channels(wrappedFactory):
             raise TypeError(
                 "ConnectionLimits needs a factory building DeadlineChannel "
@@ -180,49 +224,64 @@ class ConnectionLimits(WrappingFactory):
             )
         super().__init__(wrappedFactory)
         self.reactor = reactor
-        self.per_address = per_address
-        self.total = total
+        self.caps = caps if caps is not None else ConnectionCaps(per_address, total)
+        self.per_address = self.caps.per_address
+        self.total = self.caps.total
         self.deadline = deadline
-        self._per_client = Counter()
 
     def buildProtocol(self, addr):
         """A protocol for a new connection from ``addr``, or ``None`` when a
         cap is reached, which has the port close the socket at once."""
-        client = addr.host
-        if len(self.protocols) >= self.total or self._per_client[client] >= self.per_address:
+        client = client_of(addr)
+        if not self.caps.admits(client):
             return None
         return self.protocol(self, self.wrappedFactory.buildProtocol(addr), client)
 
     def registerProtocol(self, p):
         super().registerProtocol(p)
-        self._per_client[p.client] += 1
+        self.caps.opened(p.client)
 
     def unregisterProtocol(self, p):
         super().unregisterProtocol(p)
-        self._per_client[p.client] -= 1
-        if not self._per_client[p.client]:
-            # Forget the address, or every client ever seen would stay.
-            del self._per_client[p.client]
+        self.caps.closed(p.client)
 
     def open_connections(self):
-        """``{client IP address: connections it holds open}``, for every
-        address that holds any."""
-        return dict(self._per_client)
+        """``{client address: connections it holds open}``, for every
+        address that holds any, on every endpoint sharing the caps."""
+        return self.caps.by_address()
 
 
-def limit(site, reactor, per_address=8, total=256, deadline=15.0):
+def limit(site, reactor, per_address=8, total=256, deadline=15.0, caps=None, tls=None):
     """The factory to listen with to serve ``site`` under these limits.
 
     Makes ``site`` build ``DeadlineChannel``s unless it already builds a
-    subclass of it, then wraps it in a ``ConnectionLimits``. The site then
-    speaks HTTP/1.x only: Twisted's default channel would offer HTTP/2 over
-    TLS, which the service doesn't serve.
+    subclass of it, then wraps it in a ``ConnectionLimits`` (on ``caps``,
+    when shared with other endpoints). With ``tls`` (a TLS context
+    factory, tls.TLSFiles), connections speak TLS inside the limits. The
+    site speaks HTTP/1.x only: Twisted's default channel would offer HTTP/2
+    over TLS, which the service doesn't serve.
     """
     if not _builds_deadline_channels(site):
         site.protocol = DeadlineChannel
-    return ConnectionLimits(site, reactor, per_address, total, deadline)
+    wrapped = site
+    if tls is not None:
+        from twisted.protocols.tls import TLSMemoryBIOFactory
+
+        # The clock given, or Twisted would pick the global reactor.
+        wrapped = TLSMemoryBIOFactory(tls, False, site, clock=reactor)
+    return ConnectionLimits(wrapped, reactor, per_address, total, deadline, caps)
 
 
 def _builds_deadline_channels(factory):
+    # Through a TLS factory (a WrappingFactory) to the site inside it.
+    while getattr(factory, "wrappedFactory", None) is not None:
+        factory = factory.wrappedFactory
     channel = getattr(factory, "protocol", None)
     return isinstance(channel, type) and issubclass(channel, DeadlineChannel)
+
+
+def _channel_in(protocol):
+    """The DeadlineChannel ``protocol`` is or wraps."""
+    while not isinstance(protocol, DeadlineChannel):
+        protocol = protocol.wrappedProtocol
+    return protocol
