@@ -112,7 +112,9 @@ class Daemon:
         argv = list(self.command)
         for project in self.projects:
             argv += ["--project", project]
-        return argv + ["--port", str(self.port), "--dir", self.directory] + self.args
+        # With --listen the test names every endpoint itself.
+        port = [] if "--listen" in self.args else ["--port", str(self.port)]
+        return argv + port + ["--dir", self.directory] + self.args
 
     def spawn(self):
         if self.port is None:
