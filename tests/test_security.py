@@ -1,13 +1,20 @@
 """The front door on the real daemon: credentials stay secret, refusals hold,
 and the default request deadline cuts a slow client."""
 
+import os
 import socket
 import time
 
-from .processes import alive
+from netweir_serve import _proctree
+
+from .processes import alive, wait_until
 from .test_jobs import CrawlTestCase
 
 USER, PASSWORD = "operator", "s3cr:et-pass"
+
+
+def descendants_of(pid):
+    return _proctree.descendants(pid)
 SECRET_ENV = {"NETWEIR_SERVE_USERNAME": USER, "NETWEIR_SERVE_PASSWORD": PASSWORD}
 
 
@@ -101,3 +108,74 @@ class DeadlineTests(CrawlTestCase):
         self.assertGreaterEqual(closed_at - started, 14)
         self.assertLess(closed_at - started, 18)
         self.assertEqual(daemon.get("daemonstatus.json")[1]["status"], "ok")
+
+
+class SecretSettingTests(CrawlTestCase):
+    """Issue 16, item 5: no credential a setting carries is listed, and no
+    setting travels on a command line, where every user reads it."""
+
+    def test_every_credential_in_a_setting_is_masked_in_every_listing(self):
+        daemon = self.daemon("--max-jobs", "1")
+        blocker = daemon.must_schedule("shop", "slow", delay="0.2")
+        daemon.wait_state(blocker, "running")
+        secrets = ["proxy=http://me:proxy-pass@127.0.0.1:3128",
+                   "proxies=http://a:first-pass@127.0.0.1:1,socks5://b:second-pass@127.0.0.1:2",
+                   "http_auth=me:site-pass", "http_auth_domain=example.com"]
+        waiting = daemon.must_schedule("shop", "echo", secrets)
+        _, listing = daemon.get("listjobs.json")
+        [entry] = [e for e in listing["pending"] if e["id"] == waiting]
+        self.assertEqual(entry["settings"]["proxy"], "http://me:***@127.0.0.1:3128")
+        self.assertEqual(entry["settings"]["proxies"],
+                         "http://a:***@127.0.0.1:1,socks5://b:***@127.0.0.1:2")
+        added = daemon.post("addschedule.json", {
+            "project": "shop", "spider": "echo", "every": "1d", "name": "masked",
+            "setting": "proxy=http://me:sched-pass@127.0.0.1:3128"})
+        self.assertEqual(added[0], 200, added)
+        for path in ("/listjobs.json", "/listjobs.json?project=shop", "/jobs",
+                     "/listschedules.json", f"/jobstats.json?job={waiting}"):
+            body = daemon.call("GET", path)[2]
+            for word in (b"proxy-pass", b"first-pass", b"second-pass", b"site-pass",
+                         b"sched-pass"):
+                self.assertNotIn(word, body, path)
+        for jobid in (waiting, blocker):
+            daemon.post("cancel.json", {"project": "shop", "job": jobid})
+        daemon.wait_state(blocker, "finished")
+
+    def test_settings_and_arguments_reach_the_crawl_but_no_command_line(self):
+        daemon = self.daemon()
+        jobid = daemon.must_schedule("shop", "slow", ["max_items=3"], delay="0.3",
+                                     marker="argument-marker")
+        parent = daemon.wait_state(jobid, "running")["pid"]
+        wait_until(lambda: descendants_of(parent), 10, "the crawl under its parent")
+        for pid in [parent] + descendants_of(parent):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            self.assertNotIn(b"max_items", cmdline)
+            self.assertNotIn(b"argument-marker", cmdline)
+        entry = daemon.wait_state(jobid, "finished")
+        _, _, items = daemon.call("GET", entry["items_url"])
+        # max_items=3 took effect: the slow chain stops after three pages.
+        self.assertEqual(len(items.splitlines()), 3)
+        private = os.path.join(daemon.directory, "run", jobid + ".json")
+        self.assertFalse(os.path.exists(private))
+
+
+class PlantedLinkTests(CrawlTestCase):
+    def test_a_link_planted_under_logs_or_items_is_not_followed(self):
+        daemon = self.daemon()
+        jobid = daemon.must_schedule("shop", "echo")
+        daemon.wait_state(jobid, "finished")
+        outside = os.path.join(self.base, "outside")
+        os.makedirs(os.path.join(outside, "echo"))
+        with open(os.path.join(outside, "echo", "stolen.log"), "w") as f:
+            f.write("outside DIR\n")
+        logs = os.path.join(daemon.directory, "logs", "shop", "echo")
+        os.symlink(os.path.join(outside, "echo", "stolen.log"), os.path.join(logs, "evil.log"))
+        items = os.path.join(daemon.directory, "items")
+        os.symlink(outside, os.path.join(items, "elsewhere"))
+        for path in ("/logs/shop/echo/evil.log", "/items/elsewhere/echo/stolen.jl"):
+            for method in ("GET", "HEAD"):
+                status, _, body = daemon.call(method, path)
+                self.assertEqual(status, 404, (method, path))
+                self.assertNotIn(b"outside DIR", body)
+        self.assertEqual(daemon.call("GET", f"/logs/shop/echo/{jobid}.log")[0], 200)

@@ -91,6 +91,30 @@ def read_exit_status(path):
     if not isinstance(status, dict):
         return None
     code, end = status.get("exit_status"), status.get("end_time")
-    if (code is not None and type(code) is not int) or not isinstance(end, (int, float)):
+    # An end time listjobs.json can show (no bool, NaN, infinity, year 5000).
+    if "exit_status" not in status or (code is not None and type(code) is not int) \
+            or type(end) not in (int, float) or not 0 <= end < 1e11:
         return None
     return {"exit_status": code, "end_time": float(end)}
+
+
+def open_beneath(root, path):
+    """Opens ``path``, a file below the folder ``root``, for reading,
+    following no symbolic link on the way (not ``root``'s own folders
+    beneath DIR, not the file): a link planted under DIR/logs or DIR/items
+    is refused, never followed out of DIR. Returns a file descriptor;
+    raises OSError (ELOOP, ENOTDIR, ENOENT...) otherwise."""
+    relative = os.path.relpath(path, root)
+    parts = relative.split(os.sep)
+    if relative.startswith(os.pardir) or os.path.isabs(relative) or "" in parts:
+        raise FileNotFoundError(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        return os.open(parts[-1], flags, dir_fd=folder)
+    finally:
+        os.close(folder)

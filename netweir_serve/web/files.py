@@ -7,10 +7,12 @@ Range and HEAD, and as much of a growing file as was written when asked.
 
 import os
 import re
+import stat
 
 from twisted.web import static
 from twisted.web.resource import Resource
 
+from ..jobs.files import open_beneath
 from ..names import fold, is_name
 from .answer import write_error
 
@@ -53,15 +55,35 @@ class JobFile(static.File):
     contentTypes = {}
     contentEncodings = {}
 
-    def __init__(self, path, content_type):
+    def __init__(self, path, content_type, root):
         super().__init__(path, defaultType=content_type)
+        self.root = root
+        self.opened = None
 
     def render_GET(self, request):
-        if not self.isfile():
+        try:
+            # Opened here, through no link: what is served is this file.
+            fd = open_beneath(self.root, self.path)
+        except OSError:
             return NotFound("no such file (the job has not written it yet,"
                             " or it was forgotten)").render(request)
+        self.opened = os.fdopen(fd, "rb")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            self.opened.close()
+            return NotFound("no such file").render(request)
         _whole_file_for_long_suffix(request, self.getFileSize())
         return super().render_GET(request)
+
+    render_HEAD = render_GET
+
+    def openForReading(self):
+        # The file render_GET opened without following links; static.File
+        # would open the path again, through whatever link is there by then.
+        return self.opened
+
+    def getFileSize(self):
+        # Of the file opened, not of whatever the path names by now.
+        return os.fstat(self.opened.fileno()).st_size
 
     def getChild(self, path, request):
         return NotFound("no such file")
@@ -115,7 +137,7 @@ def _Level(files, parts, segment, request):
     for suffix in files.suffixes:
         if text.endswith(suffix) and is_name(text[: -len(suffix)]):
             stored = _on_disk(folder, text[: -len(suffix)] + files.suffixes[-1])
-            return JobFile(os.path.join(folder, stored), files.content_type)
+            return JobFile(os.path.join(folder, stored), files.content_type, files.root)
     if text == "" and files.lister is not None:
         return _Listing(files, parts)
     return NotFound("no such file")

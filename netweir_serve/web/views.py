@@ -1,5 +1,6 @@
 """Jobs as the API shows them: scrapyd's field names and time format."""
 
+import re
 from datetime import datetime
 
 from ..jobs.records import FINISHED, PENDING, RUNNING
@@ -21,12 +22,21 @@ def items_url(record):
     return f"/items/{record.project}/{record.spider}/{record.id}.jl"
 
 
+# The password of a URL's user information: scheme://user:PASSWORD@host
+# (or ://:PASSWORD@ for redis), wherever a URL stands in a value, so every
+# URL of a ``proxies`` list is masked too.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)[^@\s]*@")
+
+
 def _shown(key, value):
-    """A setting's value as listings show it: a password is not shown."""
+    """A setting's value as listings show it: no password is shown, neither
+    ``http_auth``'s nor one in any URL (``proxy``, ``proxies``, ``queue``)."""
+    if value is None:
+        return value
     if key == "http_auth":
         user, _, _ = value.partition(":")
         return f"{user}:***"
-    return value
+    return _URL_PASSWORD.sub(r"\g<head>***@", value)
 
 
 def shown_settings(pairs):
