@@ -15,7 +15,6 @@ from twisted.python import usage
 from .dirlock import DirectoryBusy, DirectoryUnusable
 from .listening import ListenError
 from .options import ServeOptions
-from .service import CannotListen, makeService
 
 PROG = "netweir-serve"
 
@@ -41,6 +40,10 @@ def build(options, reactor):
     directory belongs to another running service or cannot be used, 2 when
     an endpoint cannot be made (TLS files that do not load, a systemd
     socket that was not passed on)."""
+    # Imported here: the daemon's modules import Twisted's endpoints and web
+    # client, which load pyOpenSSL unless main() has kept it out first.
+    from .service import makeService
+
     try:
         return makeService(options.config(), reactor)
     except (DirectoryBusy, DirectoryUnusable) as e:
@@ -49,6 +52,12 @@ def build(options, reactor):
     except ListenError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         raise SystemExit(2) from None
+
+
+def needs_tls(config):
+    """Whether ``config`` listens with TLS or notifies an https:// URL."""
+    return (any(listener.tls for listener in config.endpoints)
+            or any(url.lower().startswith("https:") for url in getattr(config, "notify", ())))
 
 
 def _start_logging(level):
@@ -63,12 +72,15 @@ def main(argv=None):
     a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options."""
     options = parse(sys.argv[1:] if argv is None else argv)
     level = LogLevel.levelWithName(options["log-level"])
-    # Without an ssl: endpoint the service speaks plain HTTP: keep Twisted
-    # from loading pyOpenSSL for TLS it will never use (about 12 MB, and
-    # every connection's writes go through its TLS layer once it is there).
-    if not any(listener.tls for listener in options.config().endpoints):
+    # Without an ssl: endpoint or an https:// --notify URL the service
+    # speaks plain HTTP: keep Twisted from loading pyOpenSSL for TLS it will
+    # never use (about 12 MB, and every connection's writes go through its
+    # TLS layer once it is there). Before any module of the daemon loads.
+    if not needs_tls(options.config()):
         sys.modules.setdefault("OpenSSL", None)
     from twisted.internet import reactor
+
+    from .service import CannotListen
 
     serve = build(options, reactor)
     _start_logging(level)

@@ -12,7 +12,7 @@ from twisted.internet import task
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import DuplicateJob, JobRecord
+from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.jobs.submit import JobRefused, UnknownProject
 from netweir_serve.projects import Project, ProjectTable
@@ -406,6 +406,58 @@ class UseCaseTests(unittest.TestCase):
         self.successResultOf(rig.timetable.pause("shop", "a"))
         self.assertEqual([(r.name, r.runs, r.paused) for r in rig.changes],
                          [("a", 0, False), ("a", 1, False), ("a", 1, True)])
+
+
+class InFlightTests(unittest.TestCase):
+    """A firing waits for the spider check; what happens meanwhile."""
+
+    def test_a_schedule_deleted_and_added_again_while_it_fires_keeps_its_new_row(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="a", every="1m")
+        rig.submitter.delay = 10
+        rig.clock.advance(60)  # the firing's check is under way
+        self.successResultOf(rig.timetable.delete("shop", "a"))
+        again = rig.add(name="a", every="1h")
+        rig.clock.advance(10)
+        record = rig.schedule("a")
+        self.assertEqual((record.seq, record.runs, record.next_due, record.last_due),
+                         (again.seq, 0, again.next_due, None))
+        self.assertEqual(rig.job_ids(), [])  # the deleted one's firing was stopped
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_a_pause_stops_a_firing_under_way(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="p", every="1m")
+        rig.submitter.delay = 10
+        rig.clock.advance(60)
+        self.successResultOf(rig.timetable.pause("shop", "p"))
+        rig.clock.advance(10)
+        self.assertEqual((rig.job_ids(), rig.schedule("p").paused), ([], True))
+
+    def test_a_failed_write_at_start_stops_one_schedule_not_the_timer(self):
+        path = self.mktemp() + ".db"
+        rig = Rig(self, start=0.0, path=path)
+        rig.start()
+        rig.add(name="broken", every="1m")
+        rig.add(name="fine", every="1m", overlap="allow")
+        rig.timetable.stop()
+        rig.clock.advance(90)
+        rig.timetable = rig.new_timetable()
+        update = rig.store.update_schedule
+
+        def failing(name, **changes):
+            if name == "broken":
+                return defer.fail(StoreError("database or disk is full"))
+            return update(name, **changes)
+
+        self.patch(rig.store, "update_schedule", failing)
+        rig.start()
+        self.assertIsNotNone(rig.timetable.next_wake())
+        rig.clock.advance(60)
+        self.assertIn("fine-19700101T000200Z", rig.job_ids())
+        self.assertTrue(self.flushLoggedErrors(StoreError))
 
 
 class DuplicateGuardTests(unittest.TestCase):

@@ -88,7 +88,8 @@ class IJobStore(Interface):
         """Forgets the oldest finished jobs past ``keep``; fires with their records."""
 
     def close():
-        """Finishes what is under way and closes the table."""
+        """Closes the table: writes still waiting (for a lock) fail with
+        StoreError, and so do later calls."""
 
 
 class IScheduleStore(Interface):
@@ -105,10 +106,12 @@ class IScheduleStore(Interface):
     def schedules(project=None):
         """Every schedule, or those of one project (any case), oldest first."""
 
-    def update_schedule(name, **changes):
+    def update_schedule(name, seq=None, runs_added=0, skipped_added=0, **changes):
         """Sets the fields ``changes`` names (paused, next_due, last_due,
         last_job, error) and adds ``runs_added`` and ``skipped_added`` to the
-        counts. Fires with the new record, or None if there is none."""
+        counts, of the schedule ``name`` (and, given, ``seq``: not a later
+        one of the same name). Fires with the new record, or None if there
+        is none."""
 
     def delete_schedule(name):
         """Forgets the schedule; fires with the record it had, or None."""

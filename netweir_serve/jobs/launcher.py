@@ -302,9 +302,12 @@ class Launcher:
         if self._stopping:
             return
         recorded = self._store.mark_finished(jobid, **end)
-        recorded.addCallbacks(
-            lambda _: self.log.info("job {jobid}: its end is recorded now", jobid=jobid),
-            lambda _: self._record_end_later(jobid, end))
+        recorded.addCallbacks(self._end_recorded_late, lambda _: self._record_end_later(jobid, end))
+
+    def _end_recorded_late(self, record):
+        self.log.info("job {jobid}: its end is recorded now", jobid=record.id)
+        # Its locks are free only now: the jobs that waited for them may start.
+        self._events.publish(CHANGED, record)
 
     def _ended(self, record, known):
         # The service hears of it before whoever waits for the job

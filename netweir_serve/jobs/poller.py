@@ -54,9 +54,15 @@ class Poller:
         self._soon = None
         self._busy = True
         self._round = self._claim_and_launch()
-        self._round.addErrback(lambda f: self.log.failure("a round of starting jobs failed", f))
+        self._round.addErrback(self._round_failed)
         # A round that finished at once (SQLite) is over after this line.
         self._round.addBoth(self._round_done)
+
+    def _round_failed(self, failure):
+        if failure.check(defer.CancelledError):
+            return None  # stopped while a claim waited for the table
+        self.log.failure("a round of starting jobs failed", failure)
+        return None
 
     def _round_done(self, _):
         self._busy = False
@@ -100,4 +106,7 @@ class Poller:
             return defer.succeed(None)
         waiting = defer.Deferred()
         self._round.addBoth(lambda result: waiting.callback(None) or result)
+        # A claim still waiting for the table is dropped, never made: a job
+        # claimed now would be started only to be cancelled by the stop.
+        self._round.cancel()
         return waiting

@@ -450,6 +450,9 @@ def due_now(rule, anchor, next_due, last_due, now, misfire, grace=GRACE):
         return None, next_due
     latest = rule.latest_at_or_before(now, anchor, since=next_due)
     upcoming = rule.next_after(now, anchor)
+    if latest is None:
+        # A stored next due time off this rule's grid: nothing is due.
+        return None, upcoming
     if now - latest <= grace or misfire == "once":
         return latest, upcoming
     return None, upcoming

@@ -91,7 +91,8 @@ class Timetable:
         self._on_change = on_change or (lambda record: None)
         self._schedules = {}
         self._rules = {}
-        self._firing = set()
+        # {schedule key: the Deferred of its firing under way}
+        self._firing = {}
         self._retry_at = {}
         self._timer = None
         self._running = False
@@ -105,18 +106,30 @@ class Timetable:
         none), then sets the timer. Fires when that is done."""
         for record in (yield self._store.schedules()):
             self._remember(record)
-        for record in list(self._schedules.values()):
-            yield self._count_unrecorded_job(record)
-        now = self._clock.seconds()
-        # The timer is set only once every schedule has caught up: set
-        # earlier (by a firing that ended), it would wake for a schedule not
-        # caught up yet and, as a timer allows a minute late, run what
-        # misfire=skip says is missed.
-        for key, record in list(self._schedules.items()):
-            if not record.paused and key in self._rules:
-                yield self._fire(record, now, times.catch_up)
-        self._running = True
-        self._arm()
+        try:
+            now = self._clock.seconds()
+            # The timer is set only once every schedule has caught up: set
+            # earlier (by a firing that ended), it would wake for a schedule
+            # not caught up yet and, as a timer allows a minute late, run
+            # what misfire=skip says is missed.
+            for key in list(self._schedules):
+                record = self._schedules.get(key)
+                if record is None:
+                    continue
+                try:
+                    yield self._count_unrecorded_job(record)
+                except Exception:
+                    # Its next firing goes on from its row as it is.
+                    self.log.failure("schedule {name}: could not count the job queued"
+                                     " before the last stop", name=record.name)
+                record = self._schedules.get(key)
+                if record is not None and not record.paused and key in self._rules:
+                    # A failure is the firing's own: logged, tried again later.
+                    yield self._fire(record, now, times.catch_up)
+        finally:
+            # Whatever went wrong with one schedule, the others fire.
+            self._running = True
+            self._arm()
 
     @defer.inlineCallbacks
     def _count_unrecorded_job(self, record):
@@ -150,8 +163,16 @@ class Timetable:
             self._rules.pop(key, None)
             self.log.error("schedule {name} cannot fire: {why}", name=record.name, why=e)
 
+    def _stop_firing(self, key):
+        """Cancels the firing under way of schedule ``key``, if any: its
+        job is not queued (a reader's check in flight is stopped)."""
+        firing = self._firing.pop(key, None)
+        if firing is not None:
+            firing.cancel()
+
     def _forget(self, record):
         key = fold(record.name)
+        self._stop_firing(key)
         self._schedules.pop(key, None)
         self._rules.pop(key, None)
         self._retry_at.pop(key, None)
@@ -195,24 +216,37 @@ class Timetable:
 
     def _fire(self, record, now, decide):
         key = fold(record.name)
-        self._firing.add(key)
-        fired = self._settle(record, now, decide)
+        self._firing[key] = fired = self._settle(record, now, decide)
 
         def failed(failure):
+            if failure.check(defer.CancelledError):
+                return None  # deleted or paused while it fired
             self._retry_at[key] = self._clock.seconds() + RETRY_SECONDS
             self.log.failure("schedule {name}: its firing failed; trying again in {s:g} s",
                              failure, name=record.name, s=RETRY_SECONDS)
 
         def done(_):
-            self._firing.discard(key)
+            if self._firing.get(key) is fired:
+                del self._firing[key]
             self._arm()
 
         fired.addCallbacks(lambda _: self._retry_at.pop(key, None), failed)
         fired.addBoth(done)
         return fired
 
+    def _current(self, record):
+        """The schedule as it is now, if it is still ``record``'s (not
+        deleted, nor replaced by a new one of its name) and not paused."""
+        current = self._schedules.get(fold(record.name))
+        if current is None or current.seq != record.seq or current.paused:
+            return None
+        return current
+
     @defer.inlineCallbacks
     def _settle(self, record, now, decide):
+        record = self._current(record)
+        if record is None:
+            return
         rule = self._rules[fold(record.name)]
         due, next_due = decide(rule, record.anchor, record.next_due, record.last_due, now,
                                record.misfire)
@@ -247,6 +281,8 @@ class Timetable:
             schedule=record.name,
             schedule_locks=(policies.schedule_lock(record.name),)
             if record.overlap == "queue" else ())
+        if self._current(record) is None:
+            return {}  # deleted or paused while its firing was looked at
         try:
             job = yield self._submitter.submit(request)
         except DuplicateJob:
@@ -260,9 +296,13 @@ class Timetable:
 
     @defer.inlineCallbacks
     def _update(self, record, **changes):
-        updated = yield self._store.update_schedule(record.name, **changes)
-        if updated is not None and fold(updated.name) in self._schedules:
-            self._schedules[fold(updated.name)] = updated
+        # Only this schedule's row: a firing of one deleted meanwhile must
+        # not write into a new schedule given its name.
+        updated = yield self._store.update_schedule(record.name, seq=record.seq, **changes)
+        key = fold(record.name)
+        current = self._schedules.get(key)
+        if updated is not None and current is not None and current.seq == updated.seq:
+            self._schedules[key] = updated
             self._on_change(updated)
         return updated
 
@@ -353,6 +393,7 @@ class Timetable:
         record = yield self._own(project, name)
         if record.paused:
             return record
+        self._stop_firing(fold(record.name))
         updated = yield self._update(record, paused=True)
         self._arm()
         self.log.info("schedule {name} paused", name=record.name)

@@ -100,8 +100,7 @@ class SQLiteJobStore(ScheduleTable):
         self._db.execute("PRAGMA synchronous=FULL")
         migrate_sqlite(self._db)
         self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        # The version as of this store's last write; version() reads the
-        # stored one, which other connections to the file move too.
+        # The version as of this store's last write (see ``version``).
         self._version = self._db.execute("SELECT version FROM store_meta").fetchone()[0]
         self._writes = collections.deque()
         self._retry = None
@@ -138,8 +137,13 @@ class SQLiteJobStore(ScheduleTable):
                 try:
                     result = self._transaction(write.work)
                 except sqlite3.OperationalError as e:
-                    if _is_busy(e) and not self._closed and self._clock.seconds() < write.deadline:
-                        self._wait_for_lock()
+                    if _is_busy(e) and not self._closed:
+                        # Every write already past its patience fails now,
+                        # untried: trying each would wait out the busy
+                        # timeout on a lock just seen held.
+                        self._fail_expired(e)
+                        if self._writes:
+                            self._wait_for_lock()
                         return
                     self._writes.popleft()
                     write.deferred.errback(StoreError(f"the job table could not be written: {e}"))
@@ -156,6 +160,14 @@ class SQLiteJobStore(ScheduleTable):
         finally:
             self._draining = False
 
+    def _fail_expired(self, error):
+        now = self._clock.seconds()
+        expired = [w for w in self._writes if w.deadline <= now]
+        for write in expired:
+            self._writes.remove(write)
+            write.deferred.errback(StoreError(
+                f"the job table could not be written: {error} (for {self._patience:g} s)"))
+
     def _wait_for_lock(self):
         if self._retries == 0:
             log.warn("the job table is locked by another process; writes wait for it")
@@ -167,7 +179,13 @@ class SQLiteJobStore(ScheduleTable):
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            before = db.total_changes
             result = work(db)
+            if db.total_changes == before:
+                # Nothing changed (a claim that found no job, say): no
+                # commit to wait for, and cached answers stay good.
+                db.execute("ROLLBACK")
+                return result
             version = db.execute(
                 "UPDATE store_meta SET version = version + 1 RETURNING version").fetchone()[0]
             db.execute("COMMIT")

@@ -6,6 +6,8 @@ schedules and jobs share one file, one order of writes and one version.
 
 import sqlite3
 
+from twisted.internet import defer
+
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
 from .columns import Column, dump_pairs, load_pairs, record_of, select_list
@@ -68,17 +70,23 @@ class ScheduleTable:
 
         return self._read(listing)
 
-    def update_schedule(self, name, runs_added=0, skipped_added=0, **changes):
+    def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
         unknown = set(changes) - set(_SETTABLE)
         if unknown:
-            raise TypeError(f"not a settable schedule field: {', '.join(sorted(unknown))}")
+            return defer.fail(TypeError(
+                f"not a settable schedule field: {', '.join(sorted(unknown))}"))
         assignments = [f"{key} = ?" for key in changes] + [
             "runs = runs + ?", "skipped = skipped + ?"]
         values = [_SETTABLE[key].to_db(value) for key, value in changes.items()]
+        # With ``seq``: only that schedule, not a new one given its name since.
+        where, guard = ("key = ?", ()) if seq is None else ("key = ? AND seq = ?", (seq,))
 
         def update(db):
-            db.execute(f"UPDATE schedules SET {', '.join(assignments)} WHERE key = ?",
-                       (*values, int(runs_added), int(skipped_added), fold(name)))
+            cursor = db.execute(f"UPDATE schedules SET {', '.join(assignments)} WHERE {where}",
+                                (*values, int(runs_added), int(skipped_added), fold(name),
+                                 *guard))
+            if cursor.rowcount == 0:
+                return None
             return _one(db, name)
 
         return self._write(update)
