@@ -4,17 +4,24 @@ import os
 import signal
 import sqlite3
 import threading
+from dataclasses import dataclass
 
 from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import server
 
 from .dirlock import DirectoryUnusable, lock_directory
+from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
+from .options import exposed_refusal
 from . import _proctree
 from .jobs.adoption import settle_left_running
-from .jobs.events import ENDED, QUEUED, JobEvents
+from .jobs.events import CHANGED, ENDED, QUEUED, JobEvents
+from .jobs.records import FINISHED
+from .jobs.history import StatsHistory
 from .jobs.launcher import Launcher
+from .jobs.notify import Notifier
 from .jobs.process import job_environment
 from .jobs.poller import Poller
 from .jobs.pruning import Pruner
@@ -25,19 +32,49 @@ from .jobs.submit import JobSubmitter
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .web.api import Api
+from .web.events import EventHub, Events
 from .web.guard import GuardedResource
-from .web.limits import limit
+from .web.limits import ConnectionCaps, limit
 from .web.listings import listers
 from .web.liststats import LogParserStats
+from .web.metrics import Metrics, ServiceMetrics, metrics_registry
 from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
+from .web.views import job_entry
 
 log = Logger()
 
-# Bursts of connections from dashboards and scripts wait in the kernel's
-# queue instead of being refused.
-LISTEN_BACKLOG = 1024
+# Seconds between tries to settle the last run's jobs when the table
+# cannot be written at start.
+SETTLE_RETRY_SECONDS = 5.0
+
+@dataclass
+class Listening:
+    """One endpoint the service listens on: its ``listener`` (the checked
+    description), the ``endpoint`` and the ``factory`` to listen with, the
+    ``tls`` files of an ssl: endpoint (else None), and its ``reach``."""
+
+    listener: object
+    endpoint: object
+    factory: object
+    tls: object
+    reach: str
+    port: object = None
+
+    def shown(self):
+        """Where it listens, for the log: a URL, or the socket's path."""
+        address = self.port.getHost() if self.port is not None else None
+        if getattr(address, "port", None) is None:
+            name = getattr(address, "name", None)
+            return f"unix:{name.decode() if isinstance(name, bytes) else name}" if name \
+                else self.listener.shown()
+        host = f"[{address.host}]" if ":" in address.host else address.host
+        return f"{self.listener.scheme}://{host}:{address.port}/"
+
+
+class CannotListen(Exception):
+    """An endpoint could not be listened on; the message says which and why."""
 
 
 class QuietSite(server.Site):
@@ -61,7 +98,7 @@ class ServeService(service.Service):
     on stop, stops listening, cancels running jobs and waits for them."""
 
     def __init__(self, config, reactor, lock, store, launcher, poller, pruner, reader,
-                 timetable, factory):
+                 timetable, listening):
         self.config = config
         self.reactor = reactor
         self.lock = lock
@@ -71,11 +108,11 @@ class ServeService(service.Service):
         self.pruner = pruner
         self.reader = reader
         self.timetable = timetable
-        self.factory = factory
-        self.port = None
+        self.listening = list(listening)
         self.started = None
         self._signals = 0
         self._handing_over = False
+        self._settle_retry = None
 
     def privilegedStartService(self):
         # No process of the same user may read this one's memory or
@@ -83,8 +120,17 @@ class ServeService(service.Service):
         # the spiders it runs.
         _proctree.make_undumpable()
         # Binding first, so a port in use fails before any job starts.
-        self.port = self.reactor.listenTCP(self.config.port, self.factory,
-                                           backlog=LISTEN_BACKLOG, interface=self.config.bind)
+        for place in self.listening:
+            try:
+                place.port = _listen_now(place)
+            except Exception as e:
+                for opened in self.listening:
+                    if opened.port is not None:
+                        opened.port.stopListening()
+                where = (f"{self.config.bind}:{self.config.port}" if not self.config.listeners
+                         else place.listener.description)
+                raise CannotListen(f"cannot listen on {where}:"
+                                   f" {getattr(e, 'socketError', None) or e}") from None
         super().privilegedStartService()
 
     def startService(self):
@@ -92,28 +138,36 @@ class ServeService(service.Service):
         self.started = self._settle_then_start()
 
     @defer.inlineCallbacks
-    def _settle_then_start(self):
-        config = self.config
+    def _settle_left_running(self):
+        """Adopts or ends the jobs the last run left running; tried again
+        every few seconds while the table cannot be written (their locks
+        and slots would otherwise be held all this run)."""
+        # A table of this service's alone: its running jobs are all its own,
+        # whatever host name claimed them (the host may have been renamed).
+        node = self.config.node if self.store.shared else None
         try:
-            # A table of this service's alone: its running jobs are all its
-            # own, whatever host name claimed them (the host may have been
-            # renamed).
-            node = config.node if self.store.shared else None
             adopted, _ = yield settle_left_running(
-                self.store, self.launcher, config.directory, node, self.reactor)
+                self.store, self.launcher, self.config.directory, node, self.reactor)
         except Exception:
-            log.failure("could not settle the jobs the last run left running")
+            log.failure("could not settle the jobs the last run left running; trying"
+                        " again in {s:g} s", s=SETTLE_RETRY_SECONDS)
+            self._settle_retry = self.reactor.callLater(
+                SETTLE_RETRY_SECONDS, self._settle_left_running)
         else:
             if adopted:
                 log.info("adopted {n} job(s) the last run left running", n=len(adopted))
+
+    @defer.inlineCallbacks
+    def _settle_then_start(self):
+        config = self.config
+        yield self._settle_left_running()
         yield self.pruner.prune_now()
-        address = self.port.getHost()
-        log.info("netweir-serve listening on http://{host}:{port}/ with {dir};"
+        log.info("netweir-serve listening on {places} with {dir};"
                  " projects: {projects}; {max_jobs} job(s) at once",
-                 host=address.host, port=address.port, dir=config.directory,
+                 places=", ".join(p.shown() for p in self.listening), dir=config.directory,
                  projects=", ".join(f"{p.name}={p.path}" for p in config.projects) or "none",
                  max_jobs=config.max_jobs)
-        for warning in config.warnings():
+        for warning in config.warnings([p.reach for p in self.listening]):
             log.warn("{warning}", warning=warning)
         # Importing netweir in the warm reader now, not on the first request.
         self.reader.start()
@@ -126,9 +180,12 @@ class ServeService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
-        yield self.port.stopListening()
+        yield defer.gatherResults([defer.maybeDeferred(p.port.stopListening)
+                                   for p in self.listening if p.port is not None])
         if self.started is not None:
             yield self.started
+        if self._settle_retry is not None and self._settle_retry.active():
+            self._settle_retry.cancel()
         self.timetable.stop()
         yield self.poller.stop()
         self.pruner.stop()
@@ -160,6 +217,19 @@ class ServeService(service.Service):
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_stop_signal)
         signal.signal(signal.SIGUSR1, self._on_handover_signal)
+        signal.signal(signal.SIGHUP, self._on_reload_signal)
+
+    def _on_reload_signal(self, signum, frame):
+        self.reactor.callFromThread(self.reload_tls)
+
+    def reload_tls(self):
+        """Reads every ssl: endpoint's key and certificate files again, for
+        the connections that follow (SIGHUP); a file that does not load is
+        logged and the one before kept. Returns how many reloaded."""
+        places = [p for p in self.listening if p.tls is not None]
+        if not places:
+            log.info("SIGHUP: no ssl: endpoint, nothing to reload")
+        return sum(bool(p.tls.reload()) for p in places)
 
     def _on_stop_signal(self, signum, frame):
         self._signals += 1
@@ -182,6 +252,16 @@ class ServeService(service.Service):
     def _kill_now(self):
         log.warn("stop asked again: killing running jobs now")
         self.launcher.kill_all()
+
+
+def _poll_when_a_job_may_start(poller):
+    # A queued job may start now; an ended one frees a slot; an end
+    # recorded late (a full disk) frees the locks of the jobs it held back.
+    def poll(kind, record):
+        if kind != CHANGED or record.state == FINISHED:
+            poller.poll()
+
+    return poll
 
 
 def _open_store(config, reactor):
@@ -210,7 +290,7 @@ def makeService(config, reactor):
     pruner = Pruner(store, config.directory, config.keep, reactor)
     # A queued job may start now; an ended one frees a slot and may take
     # the table past --keep.
-    events.subscribe(lambda kind, record: poller.poll(), kinds=(QUEUED, ENDED))
+    events.subscribe(_poll_when_a_job_may_start(poller), kinds=(QUEUED, ENDED, CHANGED))
     events.subscribe(pruner.request, kinds=(ENDED,))
     scheduler = Scheduler(store, launcher, reactor, events)
     # Spider files may read the environment as they load: give them the one
@@ -218,17 +298,65 @@ def makeService(config, reactor):
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
     submitter = JobSubmitter(config.projects, store, scheduler, reader, config.directory)
-    timetable = Timetable(store, submitter, reactor, environ=os.environ)
+    # Watching: the stats over time, the /events stream, /metrics, --notify.
+    history = StatsHistory(config.directory, launcher.running_stats, reactor)
+    history.subscribe(events)
+    hub = EventHub(reactor, launcher.running_stats)
+    hub.subscribe(events)
+    metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams)
+    metrics.subscribe(events)
+    Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
+             secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)
+    timetable = Timetable(store, submitter, reactor, environ=os.environ,
+                          on_change=lambda r: (hub.schedule_changed(r),
+                                               metrics.schedule_changed(r)))
+    hub.show_schedules(timetable)
+    timetable.schedules().addCallbacks(
+        metrics.seed_schedules,
+        lambda f: log.failure("could not read the schedules for /metrics", f))
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
-              max_per_spider=config.max_jobs_per_spider)
-    root = Root(api, config.directory, pages=site_pages(api), listers=listers(config.projects),
+              max_per_spider=config.max_jobs_per_spider, history=history)
+    watching = {b"events": Events(hub),
+                b"metrics": Metrics(metrics, metrics_registry(metrics))}
+    root = Root(api, config.directory, pages={**site_pages(api), **watching},
+                listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, launcher, config.directory,
                                                          reactor)})
-    site = QuietSite(GuardedResource(root, config.credentials, config.loopback_only),
-                     requestFactory=ServeRequest, reactor=reactor)
-    site.displayTracebacks = False
-    site.log_requests = config.log_level == "debug"
-    factory = limit(site, reactor, deadline=config.request_deadline)
-    factory.noisy = False
     return ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
-                        timetable, factory)
+                        timetable, _listening(config, reactor, root))
+
+
+def _listening(config, reactor, root):
+    """A Listening for each endpoint of ``config``, each with a guard and
+    a site of its own (a loopback endpoint checks Host, a TLS one knows
+    its origin is https), all sharing one resource tree and one set of
+    connection caps. Raises ListenError for an endpoint that cannot be
+    made, or a systemd socket other machines reach without a password."""
+    caps = ConnectionCaps()
+    found = []
+    for listener in config.endpoints:
+        endpoint, tls = open_endpoint(listener, reactor)
+        reach = adopted_reach(endpoint, listener)
+        if reach == PUBLIC and not (config.authenticated or config.insecure_no_auth):
+            raise ListenError(exposed_refusal(f"--listen {listener.description}"))
+        guard = GuardedResource(root, config.credentials, loopback_only=reach == LOOPBACK,
+                                checkers=config.checkers)
+        site = QuietSite(guard, requestFactory=ServeRequest, reactor=reactor)
+        site.displayTracebacks = False
+        site.log_requests = config.log_level == "debug"
+        factory = limit(site, reactor, deadline=config.request_deadline, caps=caps, tls=tls)
+        factory.noisy = False
+        found.append(Listening(listener, endpoint, factory, tls, reach))
+    return found
+
+
+def _listen_now(place):
+    """Listens on ``place``'s endpoint at once (TCP, Unix and adopted
+    sockets listen in the call); returns the port or raises why not."""
+    outcome = []
+    place.endpoint.listen(place.factory).addBoth(outcome.append)
+    if not outcome:
+        raise CannotListen(f"{place.listener.description} did not listen at once")
+    if isinstance(outcome[0], Failure):
+        outcome[0].raiseException()
+    return outcome[0]
