@@ -24,7 +24,6 @@ import json
 
 from twisted.internet import defer
 from twisted.logger import Logger
-from twisted.web.client import Agent, HTTPConnectionPool, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
@@ -113,6 +112,10 @@ class Notifier:
         self._timeout = timeout
         self._delays = tuple(retry_delays)
         if agent is None and self._urls:
+            # Imported only when there is a URL: twisted.web.client brings
+            # TLS (pyOpenSSL, cryptography) with it, 14 MB of memory.
+            from twisted.web.client import Agent, HTTPConnectionPool
+
             # A connection per POST: notifications are rare, and a kept-alive
             # connection a receiver closed meanwhile would fail a try.
             agent = Agent(reactor, connectTimeout=timeout,
@@ -201,6 +204,8 @@ class Notifier:
             if code >= 500:
                 raise RetryableAnswer(f"HTTP {code}")
             raise RefusedAnswer(f"HTTP {code}, not tried again")
+
+        from twisted.web.client import readBody
 
         # The answer's body is read (and dropped) so the connection ends.
         return readBody(response).addBoth(judged)
