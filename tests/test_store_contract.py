@@ -10,6 +10,8 @@ a backend keeps its data.
 """
 
 import os
+import subprocess
+import sys
 
 from twisted.internet import defer
 from twisted.internet.task import Clock
@@ -594,3 +596,63 @@ class SQLiteJobStoreContractTests(JobStoreContract, unittest.TestCase):
 
     def make_second_store(self):
         return SQLiteJobStore(self.path, self.clock)
+
+
+# A claimer in a process of its own: claims until the table has no pending
+# job, printing each id. Busy writes wait for the other process's lock.
+_CLAIMER = r"""
+import os, sys, time
+from twisted.internet.task import Clock
+from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+path, node, go = sys.argv[1:4]
+clock = Clock()
+store = SQLiteJobStore(path, clock)
+while not os.path.exists(go):
+    time.sleep(0.001)
+while True:
+    claimed = store.claim_next(node, ["shop"], time.time())
+    result = []
+    claimed.addBoth(result.append)
+    while not result:
+        clock.advance(0.02)  # a write waiting for the lock tries again
+    if result[0] is None:
+        break
+    if not hasattr(result[0], "id"):
+        raise SystemExit(f"claim failed: {result[0]}")
+    print(result[0].id, flush=True)
+"""
+
+
+class SQLiteConcurrentClaimTests(unittest.TestCase):
+    """Two processes, each with its own connection, claiming from one file
+    at the same time: the claim is atomic across processes, not only in
+    one reactor's turn (where the Deferreds of the contract's claimers fire
+    one after the other)."""
+
+    def test_two_processes_claiming_at_once_never_take_one_job_twice(self):
+        path = os.path.abspath(self.mktemp())
+        store = SQLiteJobStore(path, Clock())
+        wanted = [f"j{n:03d}" for n in range(300)]
+        for jobid in wanted:
+            self.successResultOf(store.add(record(jobid)))
+        self.successResultOf(store.close())
+        go = path + ".go"
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        claimers = [subprocess.Popen([sys.executable, "-c", _CLAIMER, path, node, go],
+                                     cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+                    for node in (NODE_A, NODE_B)]
+        open(go, "w").close()
+        outputs = [c.communicate(timeout=120) for c in claimers]
+        for claimer, (out, err) in zip(claimers, outputs):
+            self.assertEqual(claimer.returncode, 0, err)
+        taken = [out.split() for out, _ in outputs]
+        self.assertEqual(sorted(taken[0] + taken[1]), wanted)
+        self.assertFalse(set(taken[0]) & set(taken[1]))
+        # Both really claimed: the test would prove nothing otherwise.
+        self.assertTrue(taken[0] and taken[1], [len(t) for t in taken])
+        reopened = SQLiteJobStore(path, Clock())
+        self.addCleanup(reopened.close)
+        running = self.successResultOf(reopened.jobs())[1]
+        self.assertEqual({r.id: r.node for r in running},
+                         {**{j: NODE_A for j in taken[0]}, **{j: NODE_B for j in taken[1]}})
