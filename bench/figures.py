@@ -7,7 +7,10 @@ the machine falls on both; it returns ``{service name: value}`` or
 ``{service name: {detail: value}}``.
 """
 
+import http.client
 import os
+import selectors
+import socket
 import statistics
 import subprocess
 import threading
@@ -346,3 +349,142 @@ def settle_rss(service, seconds=1.0):
     time.sleep(seconds)
     return service.rss_mb()
 
+
+
+# -- what watching costs (ours alone: netweir serve has no /events or /metrics) --
+
+
+class Watchers:
+    """``streams`` open /events streams on ``service``, read and dropped by
+    one thread, and a /metrics scrape every ``scrape_every`` seconds by
+    another, until ``stop()``. The streams come from source addresses of
+    their own (127.0.1.x, 4 each), apart from the load generator's, under
+    the service's cap of 8 connections per address."""
+
+    PER_SOURCE = 4
+
+    def __init__(self, service, streams, scrape_every=1.0):
+        self.service = service
+        self.scrapes = 0
+        self.scrape_errors = 0
+        self.received = 0
+        self._stop = threading.Event()
+        self._sockets = []
+        for n in range(streams):
+            source = f"127.0.1.{1 + n // self.PER_SOURCE}"
+            sock = socket.create_connection(("127.0.0.1", service.port), timeout=10,
+                                            source_address=(source, 0))
+            sock.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\n"
+                         "Accept: text/event-stream\r\n\r\n".encode("ascii"))
+            sock.setblocking(False)
+            self._sockets.append(sock)
+        self._threads = [threading.Thread(target=self._read, daemon=True)]
+        if scrape_every:
+            self._threads.append(threading.Thread(target=self._scrape, args=(scrape_every,),
+                                                  daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def _read(self):
+        selector = selectors.DefaultSelector()
+        for sock in self._sockets:
+            selector.register(sock, selectors.EVENT_READ)
+        while not self._stop.is_set():
+            for key, _ in selector.select(0.2):
+                try:
+                    data = key.fileobj.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    selector.unregister(key.fileobj)
+                self.received += len(data)
+        selector.close()
+
+    def _scrape(self, every):
+        while not self._stop.wait(every):
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.service.port, timeout=10)
+                conn.request("GET", "/metrics")
+                answer = conn.getresponse()
+                answer.read()
+                conn.close()
+                if answer.status == 200:
+                    self.scrapes += 1
+                else:
+                    self.scrape_errors += 1
+            except OSError:
+                self.scrape_errors += 1
+
+    def open_streams(self):
+        """How many streams the service says are open (its own metric)."""
+        status, _, body = http_get(self.service.port, "/metrics")
+        for line in body.decode().splitlines():
+            if line.startswith("netweir_serve_event_streams "):
+                return int(float(line.split()[1]))
+        return None
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        for sock in self._sockets:
+            sock.close()
+
+
+def http_get(port, path, timeout=30):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.headers, answer.read()
+    finally:
+        conn.close()
+
+
+def watched_status(service, connections, duration, reps, streams, warmup=0.0, log=None):
+    """daemonstatus.json's rate on ``service`` alone, without and with
+    ``streams`` open /events streams and a /metrics scrape every second,
+    runs interleaved (the order swapped each rep); {"unwatched": ...,
+    "watched": ..., "runs": ..., "streams_seen": n, "scrapes": n}."""
+    runs = {"unwatched": [], "watched": []}
+    seen, scrapes, errors = None, 0, 0
+    for n in range(reps):
+        order = ("unwatched", "watched") if n % 2 == 0 else ("watched", "unwatched")
+        for kind in order:
+            watchers = Watchers(service, streams) if kind == "watched" else None
+            try:
+                if watchers is not None:
+                    wait_until(lambda: watchers.open_streams() == streams, 10,
+                               "the /events streams to open")
+                run = measure_load(service, "/daemonstatus.json", connections, duration, warmup)
+                if watchers is not None:
+                    seen = watchers.open_streams()
+            finally:
+                if watchers is not None:
+                    watchers.stop()
+                    scrapes += watchers.scrapes
+                    errors += watchers.scrape_errors
+            runs[kind].append(run)
+            if log:
+                log(f"  {service.name:14} daemonstatus.json {kind} rep {n + 1}:"
+                    f" {run['rps']:,.0f} req/s, p99 {_ms(run['p99'])}, errors {run['errors']}")
+    result = {kind: statistics.median(r["rps"] for r in rs) for kind, rs in runs.items()}
+    result.update(runs=runs, streams_seen=seen, scrapes=scrapes, scrape_errors=errors)
+    return result
+
+
+def time_metrics_render(service):
+    """The measure of one /metrics scrape right after the job table changed
+    (a job scheduled and cancelled first, outside the time), so the jobs
+    by state are read again: the whole cost of a render."""
+    def measure():
+        service.cancel("one", service.schedule("one", "trivial"))
+        started = time.perf_counter()
+        status, _, body = http_get(service.port, "/metrics")
+        elapsed = time.perf_counter() - started
+        if status != 200 or b"netweir_serve_jobs{" not in body:
+            raise RuntimeError(f"{service.name}: /metrics answered {status}")
+        return elapsed
+    return measure

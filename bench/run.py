@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 from . import figures as fig
 from .projects import write_projects
-from .services import SLUGS, Service, Site, commands, kill_leftovers
+from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers
 from .table import render
 
 
@@ -42,6 +42,7 @@ class Mode:
     chunk: int             # jobs per chunk of the overhead figure
     small_table: int       # finished jobs, first listjobs figure
     big_table: int         # finished jobs, second listjobs figure
+    streams: int = 50      # open /events streams of the watched figure
 
 
 FULL = Mode("full", duration=3.0, warmup=0.5, reps=3, connections=64, samples=15,
@@ -144,7 +145,7 @@ class Bench:
     def labels(self):
         m = self.mode
         return {"conns": m.connections, "small": f"{m.small_table:,}",
-                "big": f"{m.big_table:,}", "jobs": m.jobs}
+                "big": f"{m.big_table:,}", "jobs": m.jobs, "streams": m.streams}
 
     def note_load(self, what, found):
         """Notes what a reader of a load figure should know: errors, and
@@ -175,6 +176,7 @@ class Bench:
         if m.name == "smoke":
             self.stop_pair(pair)
             return self.results
+        self.measure_watched(pair)
         self.measure_listspiders(pair)
         self.measure_idle_to_code(pair)
         self.measure_overhead(pair)
@@ -185,6 +187,7 @@ class Bench:
         self.measure_schedule(pair)
         self.measure_listjobs(pair, m.small_table, "jobs100_rps")
         self.measure_listjobs(pair, m.big_table, "jobs1000_rps", "jobs1000_p99")
+        self.measure_metrics(pair)
         self.measure_rss(pair, "rss_1000")
         for s in pair:
             fig.release_slots(s, holds[s.name])
@@ -210,6 +213,27 @@ class Bench:
         self.note_load("daemonstatus.json", found)
         self.put("status_p99", {n: r["p99"] * 1000 for n, r in found.items()},
                  stalled={n: r["stalled"] for n, r in found.items()})
+
+    def measure_watched(self, pair):
+        m = self.mode
+        ours = next(s for s in pair if s.name == OURS)
+        self.log(f"daemonstatus.json on {OURS} alone, without and with {m.streams} /events"
+                 " streams and a /metrics scrape every second")
+        found = fig.watched_status(ours, m.connections, m.duration, max(2, m.reps), m.streams,
+                                   m.warmup, self.log)
+        self.put("status_unwatched_rps", {OURS: found["unwatched"]}, detail=found)
+        self.put("status_watched_rps", {OURS: found["watched"]})
+        self.notes.append(f"watched: {found['streams_seen']} /events streams open during the"
+                          f" load, {found['scrapes']} /metrics scrapes"
+                          f" ({found['scrape_errors']} failed).")
+
+    def measure_metrics(self, pair):
+        ours = next(s for s in pair if s.name == OURS)
+        measure = fig.time_metrics_render(ours)
+        measure()
+        found = fig.latency_samples([(OURS, measure)], self.mode.samples, self.log,
+                                    "/metrics after a change")
+        self.put("metrics_p50", {OURS: found[OURS]["p50"] * 1000}, detail=found)
 
     def measure_listspiders(self, pair):
         for key, project in (("listspiders1_p50", "one"), ("listspiders10_p50", "ten"),

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import unittest
 
+from bench import figures
 from bench import load as loadgen
 from bench.run import SMOKE, Bench, report
 from bench.services import NETWEIR_SERVE, OURS
@@ -43,6 +44,40 @@ class SmokeTest(unittest.TestCase):
         self.assertRegex(cells[2], r"^[0-9,]+$")
         self.assertRegex(cells[3], r"^[0-9.]+x$")
         self.assertIn(cells[5], ("yes", "NO"))
+
+
+class WatchingTest(unittest.TestCase):
+    """The figures of what watching costs, tiny, on netweir-serve alone."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="netweir-serve-bench-test-")
+        self.addCleanup(shutil.rmtree, self.root, True)
+
+    def test_watched_status_and_metrics_render(self):
+        bench = Bench(SMOKE, self.root, log=lambda message: None)
+        try:
+            bench.start_site()
+            ours = next(s for s in bench.start_pair("w") if s.name == OURS)
+            found = figures.watched_status(ours, 8, 0.3, 1, 5)
+            self.assertEqual(found["streams_seen"], 5)
+            for kind in ("unwatched", "watched"):
+                self.assertGreater(found[kind], 0)
+            idle = figures.Watchers(ours, 0, scrape_every=0)
+            self.assertEqual(idle.open_streams(), 0)
+            idle.stop()
+            self.assertGreater(figures.time_metrics_render(ours)(), 0)
+        finally:
+            bench.stop_all()
+
+    def test_watched_rows_compare_ours_with_ours(self):
+        text = render({"status_unwatched_rps": {OURS: 1000.0},
+                       "status_watched_rps": {OURS: 950.0}})
+        row = next(line for line in text.splitlines() if "/events streams" in line)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        self.assertEqual((cells[1], cells[2], cells[3], cells[5]), ("-", "950", "0.95x", "yes"))
+        text = render({"status_unwatched_rps": {OURS: 1000.0},
+                       "status_watched_rps": {OURS: 850.0}})
+        self.assertIn("| NO", next(line for line in text.splitlines() if "streams" in line))
 
 
 class TableTest(unittest.TestCase):
