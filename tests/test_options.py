@@ -45,6 +45,27 @@ class ParsingTests(unittest.TestCase):
                                 "NETWEIR_SERVE_PASSWORD": "a:b"}).config()
         self.assertEqual(config.credentials, ("me", "a:b"))
 
+    def test_listen_names_every_endpoint(self):
+        config = parse("--listen", "tcp:6800:interface=127.0.0.1", "--listen",
+                       "unix:/tmp/netweir-serve-test.sock:mode=660").config()
+        self.assertEqual([e.description for e in config.endpoints],
+                         ["tcp:6800:interface=127.0.0.1", "unix:/tmp/netweir-serve-test.sock:mode=660"])
+        self.assertEqual([e.reach for e in config.endpoints], ["loopback", "unix socket"])
+        # Without --listen, --bind and --port are one tcp: endpoint.
+        [endpoint] = parse("--bind", "::1", "--port", "7000").config().endpoints
+        self.assertEqual((endpoint.kind, endpoint.interface, endpoint.port, endpoint.reach),
+                         ("tcp", "::1", 7000, "loopback"))
+
+    def test_public_listen_allowed_with_credentials_a_checker_or_insecure_flag(self):
+        public = ("--listen", "tcp:6800")
+        parse(*public, "--username", "u", "--password", "p")
+        config = parse(*public, "--insecure-no-auth").config()
+        self.assertIn("listening on tcp:6800 without a username", config.warnings()[1])
+        options = ServeOptions({}, checkers=[object()])
+        options.parseOptions(list(public))
+        self.assertTrue(options.config().authenticated)
+        self.assertEqual(options.config().warnings()[1:], [])
+
     def test_exposed_bind_allowed_with_credentials_or_insecure_flag(self):
         self.assertEqual(parse("--bind", "0.0.0.0", "--username", "u", "--password", "p")
                          .config().warnings(), ["no --project given: there are no spiders to run"])
@@ -64,6 +85,9 @@ class ParsingTests(unittest.TestCase):
             (["--password", "p"], "without a username"),
             (["--bind", "0.0.0.0"], "--insecure-no-auth"),
             (["--bind", "192.0.2.1"], "--insecure-no-auth"),
+            (["--listen", "tcp:6800"], "--insecure-no-auth"),
+            (["--listen", "tcp:6800:interface=127.0.0.1", "--port", "1"], "--port beside"),
+            (["--listen", "nosuch:1"], "tcp:, tcp6:, ssl:, unix: and systemd:"),
             (["--port", "70000"], "at most 65535"),
         ]
         for argv, words in cases:
