@@ -277,9 +277,8 @@ def open_endpoint(listener, reactor):
     try:
         return endpoints.serverFromString(reactor, listener.twisted_description()), None
     except (KeyError, IndexError):
-        raise ListenError(f"--listen {listener.description}: systemd passed on no such socket"
-                          " (is the service started by a socket unit, with LISTEN_FDS, LISTEN_FDNAMES"
-                          " and LISTEN_PID set?)"
-                          ) from None
+        raise ListenError(f"--listen {listener.description}: systemd passed on no such"
+                          " socket (is the service started by a socket unit, with"
+                          " LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID set?)") from None
     except (ValueError, OSError) as e:
         raise ListenError(f"--listen {listener.description}: {e}") from None

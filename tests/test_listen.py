@@ -392,7 +392,8 @@ class UnixAndTwoEndpointsTests(unittest.TestCase):
         step = ("import os, sys; os.dup2(int(sys.argv[1]), 3);"
                 " os.environ.update(LISTEN_FDS='1', LISTEN_FDNAMES='netweir-serve',"
                 " LISTEN_PID=str(os.getpid()));"
-                " os.execv(sys.executable, [sys.executable, '-m', 'netweir_serve'] + sys.argv[2:])")
+                " os.execv(sys.executable,"
+                " [sys.executable, '-m', 'netweir_serve'] + sys.argv[2:])")
         env = {k: v for k, v in os.environ.items() if not k.startswith("NETWEIR_SERVE_")}
         process = subprocess.Popen(
             [sys.executable, "-c", step, str(listening.fileno()), "--listen",

@@ -49,7 +49,8 @@ class ParsingTests(unittest.TestCase):
         config = parse("--listen", "tcp:6800:interface=127.0.0.1", "--listen",
                        "unix:/tmp/netweir-serve-test.sock:mode=660").config()
         self.assertEqual([e.description for e in config.endpoints],
-                         ["tcp:6800:interface=127.0.0.1", "unix:/tmp/netweir-serve-test.sock:mode=660"])
+                         ["tcp:6800:interface=127.0.0.1",
+                          "unix:/tmp/netweir-serve-test.sock:mode=660"])
         self.assertEqual([e.reach for e in config.endpoints], ["loopback", "unix socket"])
         # Without --listen, --bind and --port are one tcp: endpoint.
         [endpoint] = parse("--bind", "::1", "--port", "7000").config().endpoints
