@@ -3,33 +3,24 @@
 It runs in one of two modes, chosen by the first command-line argument:
 
 ``once``
-    Reads one request (JSON) from stdin, answers it on stdout and exits.
+    Reads one request from stdin, answers it on stdout and exits.
     One fresh process per request: slow (netweir is imported each time) but
     simple.
 ``warm``
-    Imports netweir once, then reads requests (JSON lines, each with an
+    Imports netweir once, then reads requests (a line each, with an
     ``id``) from stdin and forks a fresh child for each: the child imports
     the project's files, answers, and exits. The helper relays each answer
-    as a JSON line with the request's ``id``, and kills a child that is
+    as a line with the request's ``id``, and kills a child that is
     still running past the request's ``timeout``. Closing its stdin stops
     it, with every child it still has.
 
-Requests: ``{"op": "list", "project": {"name": N, "path": P}}`` and
-``{"op": "check", "project": ..., "spider": S, "settings": [[K, V], ...],
-"arguments": [[NAME, VALUE], ...]}``, with ``"timeout": SECONDS`` and, in
-warm mode, ``"id"``; ``{"op": "cancel", "id": ID}`` kills a warm child.
-
-Answers: ``{"ok": true, "result": ...}``; ``{"ok": false, "error": MESSAGE}``
-(a message for the user); ``{"ok": false, "timeout": true}``; or
-``{"ok": false, "died": HOW, "stderr": TEXT}`` when a child exited without
-answering.
+The messages, and how they are written, are in ``protocol``.
 
 Files may print: the answer channel is a copy of the original stdout, taken
 before any spider file runs, and fd 1 then points at /dev/null.
 """
 
 import gc
-import json
 import math
 import os
 import selectors
@@ -38,6 +29,7 @@ import sys
 import time
 
 from .. import _proctree
+from . import protocol
 from ._loader import answer
 
 # The most a child may answer; past it the answer is refused, not relayed.
@@ -48,17 +40,11 @@ STDERR_TAIL_BYTES = 16 * 1024
 # the helper that should have killed it is gone.
 BACKSTOP_SECONDS = 5
 
-_TOO_LARGE = "the answer about the project's spiders is too large"
-
 
 def _write_all(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _encode(message):
-    return json.dumps(message).encode("utf-8") + b"\n"
 
 
 def _take_stdout():
@@ -101,9 +87,9 @@ def _serve_once(answers_fd):
             # spider file started.
             os.setsid()
         _proctree.become_subreaper()
-        request = json.loads(sys.stdin.buffer.read())
+        request = protocol.decode(sys.stdin.buffer.read())
         _point_at_devnull(0, os.O_RDONLY)
-        _write_all(answers_fd, _encode(answer(request)))
+        _write_all(answers_fd, protocol.encode(answer(request)))
     finally:
         _leave()
 
@@ -135,12 +121,8 @@ def _kill_group(pid):
 def _how_it_ended(status):
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"it was killed by {name}"
-    return f"it exited with status {code}"
+        return protocol.how_it_ended(signal_number=-code)
+    return protocol.how_it_ended(exit_status=code)
 
 
 def _parent_death_signal():
@@ -205,12 +187,12 @@ class _WarmHelper:
         while b"\n" in self.inbox:
             line, _, rest = bytes(self.inbox).partition(b"\n")
             self.inbox = bytearray(rest)
-            self._handle(json.loads(line))
+            self._handle(protocol.decode(line))
         return True
 
     def _handle(self, request):
-        if request.get("op") == "cancel":
-            child = self.children.get(request["id"])
+        if protocol.is_cancel(request):
+            child = self.children.get(protocol.id_of(request))
             if child is not None:
                 self._end(child)
             return
@@ -226,13 +208,14 @@ class _WarmHelper:
             try:
                 os.close(answer_r)
                 os.close(stderr_r)
-                self._become_reader(helper_pid, stderr_w, request["timeout"])
-                _write_all(answer_w, _encode(answer(request)))
+                self._become_reader(helper_pid, stderr_w, protocol.timeout_of(request))
+                _write_all(answer_w, protocol.encode(answer(request)))
             finally:
                 _leave()
         os.close(answer_w)
         os.close(stderr_w)
-        child = _Child(request["id"], pid, answer_r, stderr_r, _now() + request["timeout"])
+        deadline = _now() + protocol.timeout_of(request)
+        child = _Child(protocol.id_of(request), pid, answer_r, stderr_r, deadline)
         self.children[child.request_id] = child
         self.selector.register(answer_r, selectors.EVENT_READ, (child, "answer"))
         self.selector.register(stderr_r, selectors.EVENT_READ, (child, "stderr"))
@@ -281,12 +264,12 @@ class _WarmHelper:
             return
         child.answer += data
         if len(child.answer) > MAX_ANSWER_BYTES:
-            self._end(child, {"ok": False, "error": _TOO_LARGE})
+            self._end(child, protocol.too_large())
         elif child.answer.endswith(b"\n"):
             # Relayed as soon as it is whole, without waiting for the child
             # to finish exiting.
             try:
-                reply = json.loads(bytes(child.answer))
+                reply = protocol.decode(bytes(child.answer))
             except ValueError:
                 return
             self._end(child, reply)
@@ -299,11 +282,7 @@ class _WarmHelper:
         _pid, status = os.waitpid(child.pid, 0)
         child.pid = None
         self._drain_stderr(child)
-        return {
-            "ok": False,
-            "died": _how_it_ended(status),
-            "stderr": bytes(child.stderr).decode("utf-8", "replace"),
-        }
+        return protocol.died(_how_it_ended(status), bytes(child.stderr).decode("utf-8", "replace"))
 
     def _drain_stderr(self, child):
         # The child is dead: what it wrote is already in the pipe, so a
@@ -325,7 +304,7 @@ class _WarmHelper:
         now = _now()
         for child in list(self.children.values()):
             if child.deadline <= now:
-                self._end(child, {"ok": False, "timeout": True})
+                self._end(child, protocol.timed_out())
 
     def _end(self, child, reply=None):
         """Forgets ``child``: kills its process group, sends ``reply`` if
@@ -376,9 +355,8 @@ class _WarmHelper:
             setattr(child, attribute, None)
 
     def _reply(self, request_id, reply):
-        reply["id"] = request_id
         try:
-            _write_all(self.answers_fd, _encode(reply))
+            _write_all(self.answers_fd, protocol.encode(protocol.with_id(reply, request_id)))
         except BrokenPipeError:
             # The daemon is gone; the next read of stdin ends this loop.
             pass

@@ -9,9 +9,10 @@ which ``netweir crawl -s`` reads values, ``Settings.__post_init__`` raising
 ValueError, ``netweir.Client(profile=...)`` raising ValueError for an
 unknown profile, and the name the crawl gives a spider file's module.
 
-It answers one request (``answer``) in the process it runs in; the process
-plumbing around it (one process per request, or a warm helper that forks a
-reader per request) is in ``_forkserver``.
+It answers one request (``answer``; the shapes of requests and answers are
+in ``protocol``) in the process it runs in; the process plumbing around it
+(one process per request, or a warm helper that forks a reader per request)
+is in ``_forkserver``.
 """
 
 import dataclasses
@@ -22,6 +23,7 @@ import sys
 import netweir  # checked against netweir 0.4.0
 
 from ..projects import Project
+from . import protocol
 
 # A sentence about an exception is for a person to read: a huge str() (a
 # whole response body, say) would only bury the point.
@@ -364,16 +366,16 @@ def answer(request):
     try:
         project = Project(name=request["project"]["name"], path=request["project"]["path"])
         _enter(project)
-        if request["op"] == "list":
-            return {"ok": True, "result": list_spiders(project)}
-        if request["op"] == "check":
+        if request["op"] == protocol.LIST:
+            return protocol.ok(list_spiders(project))
+        if request["op"] == protocol.CHECK:
             result = check_job(
                 project, request["spider"], request["settings"], request["arguments"],
                 request.get("spelled"),
             )
-            return {"ok": True, "result": result}
-        return {"ok": False, "error": f"unknown request {request['op']!r}"}
+            return protocol.ok(result)
+        return protocol.error(f"unknown request {request['op']!r}")
     except Refusal as refusal:
-        return {"ok": False, "error": str(refusal)}
+        return protocol.error(str(refusal))
     except BaseException as exc:
-        return {"ok": False, "error": f"reading the project failed: {_describe_exception(exc)}"}
+        return protocol.error(f"reading the project failed: {_describe_exception(exc)}")

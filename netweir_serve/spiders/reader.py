@@ -23,6 +23,7 @@ from zope.interface import implementer
 from ..jobs import datapaths
 from ..jobs.interfaces import ISpiderReader
 from ..names import spelled_settings
+from . import protocol
 from .runners import InspectError, OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
@@ -109,7 +110,11 @@ class SpiderReader:
     def listSpiders(self, project):
         """Deferred list of the sorted names of ``project``'s spiders; fails
         with InspectError (a broken file, a duplicate name, a timeout...)."""
-        return defer.maybeDeferred(self._ask, project, {"op": "list"})
+        return defer.maybeDeferred(self._list_spiders, project)
+
+    def _list_spiders(self, project):
+        request = protocol.list_request(project.name, project.path, self._timeout)
+        return self._ask(project, request)
 
     def checkJob(self, project, spider, settings, arguments, data_dir):
         """Deferred CheckedJob if ``spider`` of ``project`` can run with
@@ -138,14 +143,11 @@ class SpiderReader:
             resolved = datapaths.resolve_settings(data_dir, settings)
         except ValueError as exc:
             raise InspectError(str(exc)) from None
-        request = {
-            "op": "check",
-            "spider": spider,
-            "settings": resolved,
+        request = protocol.check_request(
+            project.name, project.path, self._timeout, spider=spider, settings=resolved,
             # MAX_ITEMS is max_items, but a refusal names what was typed.
-            "spelled": spelled,
-            "arguments": arguments,
-        }
+            spelled=spelled, arguments=arguments,
+        )
         checked = self._ask(project, request)
         checked.addCallback(
             lambda found: CheckedJob(
@@ -164,11 +166,6 @@ class SpiderReader:
         return self._runner.stop()
 
     def _ask(self, project, request):
-        request = dict(
-            request,
-            project={"name": project.name, "path": project.path},
-            timeout=self._timeout,
-        )
         answered = self._slots.run(self._runner.ask, request)
         answered.addCallback(self._result, project)
         return answered
@@ -176,25 +173,26 @@ class SpiderReader:
     def _result(self, answer, project):
         """The result in a reader's answer, or InspectError saying why there
         is none."""
-        if answer.get("ok"):
-            return answer["result"]
-        if "error" in answer:
-            raise InspectError(answer["error"])
-        if answer.get("timeout"):
+        answer = protocol.read_answer(answer)
+        if answer.kind == protocol.OK:
+            return answer.result
+        if answer.kind == protocol.ERROR:
+            raise InspectError(answer.error)
+        if answer.kind == protocol.TIMEOUT:
             raise InspectError(
                 f"the files of project {project.name!r} took too long to load (more than"
                 f" {self._timeout:g} seconds), so reading them was stopped: does a spider"
                 " file hang when it is imported?"
             )
-        if "helper_died" in answer:
-            what = f"the helper process that reads spider files ended ({answer['helper_died']})"
+        if answer.kind == protocol.HELPER_DIED:
+            what = f"the helper process that reads spider files ended ({answer.how})"
         else:
             what = (
-                f"the process reading them ended without answering ({answer.get('died')});"
+                f"the process reading them ended without answering ({answer.how});"
                 " does a spider file call os._exit() or crash Python?"
             )
         message = f"reading the files of project {project.name!r} failed: {what}"
-        tail = last_lines(answer.get("stderr") or "")
+        tail = last_lines(answer.stderr)
         if tail:
             message += f"\nThe last lines of its error output:\n{tail}"
         raise InspectError(message)

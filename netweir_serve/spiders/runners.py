@@ -4,19 +4,20 @@ Two runners, each with ``start()``, ``ask(request) -> Deferred[answer
 dict]`` and ``stop() -> Deferred``: ``OneShotRunner`` starts a fresh
 interpreter per request; ``WarmRunner`` keeps one helper process that has
 imported netweir and forks a reader per request (see _forkserver for the
-other end of the pipes). A reader past its deadline is killed with its
-whole process group; a helper that dies is replaced and its requests are
-sent again once.
+other end of the pipes, protocol for what goes through them). A reader
+past its deadline is killed with its whole process group; a helper that
+dies is replaced and its requests are sent again once.
 """
 
 import itertools
-import json
 import os
 import signal
 
 from twisted.internet import defer
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
+
+from . import protocol
 
 # How long past a request's own timeout a warm helper may stay silent before
 # it is taken for stuck and replaced. Its children are timed by the helper
@@ -94,13 +95,10 @@ class _Lines:
 def _how_it_ended(reason):
     """``it exited with status N`` or ``it was killed by SIGNAME``, from a
     processEnded reason."""
-    signal_number = getattr(reason.value, "signal", None)
-    if signal_number:
-        try:
-            return f"it was killed by {signal.Signals(signal_number).name}"
-        except ValueError:
-            return f"it was killed by signal {signal_number}"
-    return f"it exited with status {getattr(reason.value, 'exitCode', None)}"
+    return protocol.how_it_ended(
+        signal_number=getattr(reason.value, "signal", None),
+        exit_status=getattr(reason.value, "exitCode", None),
+    )
 
 
 def _kill_group(transport, pid):
@@ -177,16 +175,13 @@ class _OneShotReader(ProcessProtocol):
 
     def _final_answer(self, reason):
         if self._why_killed == "timeout":
-            return {"ok": False, "timeout": True}
+            return protocol.timed_out()
         if self._why_killed == "too large":
-            return {"ok": False, "error": "the answer about the project's spiders is too large"}
+            return protocol.too_large()
         try:
-            answer = json.loads(bytes(self._answer))
-            if isinstance(answer, dict):
-                return answer
+            return protocol.decode(bytes(self._answer))
         except ValueError:
-            pass
-        return {"ok": False, "died": _how_it_ended(reason), "stderr": self._stderr.text()}
+            return protocol.died(_how_it_ended(reason), self._stderr.text())
 
 
 class OneShotRunner:
@@ -203,12 +198,12 @@ class OneShotRunner:
         """Nothing to warm up."""
 
     def ask(self, request):
-        """Deferred answer dict (see netweir_serve.spiders._loader)."""
+        """Deferred answer dict (see protocol)."""
         if self._stopped:
             return defer.fail(InspectError(_STOPPED))
-        payload = json.dumps(request).encode("utf-8")
+        payload = protocol.encode(request)
         done = defer.Deferred(canceller=lambda _: reader.kill("cancelled"))
-        reader = _OneShotReader(self._reactor, payload, request["timeout"], done)
+        reader = _OneShotReader(self._reactor, payload, protocol.timeout_of(request), done)
         try:
             self._reactor.spawnProcess(reader, self._argv[0], self._argv, env=self._env)
         except Exception as exc:
@@ -250,10 +245,8 @@ class _HelperConnection(ProcessProtocol):
             return
         for line in lines:
             try:
-                message = json.loads(line)
+                message = protocol.decode(line)
             except ValueError:
-                message = None
-            if not isinstance(message, dict):
                 # Not our helper talking: replace it.
                 self.kill()
                 return
@@ -319,15 +312,15 @@ class WarmRunner:
         return self._connection
 
     def ask(self, request):
-        """Deferred answer dict (see netweir_serve.spiders._loader)."""
+        """Deferred answer dict (see protocol)."""
         if self._stopped:
             return defer.fail(InspectError(_STOPPED))
         request_id = next(self._ids)
         # Encoded before anything is recorded, so a request that can't be
         # sent fails here and leaves nothing behind.
-        line = json.dumps(dict(request, id=request_id)).encode("utf-8") + b"\n"
+        line = protocol.encode(protocol.with_id(request, request_id))
         deferred = defer.Deferred(canceller=lambda _: self._cancel(request_id))
-        pending = _Pending(request_id, line, request["timeout"], deferred)
+        pending = _Pending(request_id, line, protocol.timeout_of(request), deferred)
         self._pending[request_id] = pending
         self._send(pending)
         return deferred
@@ -336,7 +329,7 @@ class WarmRunner:
         try:
             connection = self.start()
         except Exception as exc:
-            self._finish(pending, {"ok": False, "error": _could_not_start(exc)})
+            self._finish(pending, protocol.error(_could_not_start(exc)))
             return
         pending.attempts += 1
         pending.connection = connection
@@ -351,7 +344,7 @@ class WarmRunner:
         pending.deferred.callback(answer)
 
     def _answered(self, connection, message):
-        pending = self._pending.get(message.pop("id", None))
+        pending = self._pending.get(protocol.take_id(message))
         # None: cancelled, or already failed by its guard.
         if pending is not None and pending.connection is connection:
             self._finish(pending, message)
@@ -361,7 +354,7 @@ class WarmRunner:
         if pending is None:
             return
         pending.guard = None
-        self._finish(pending, {"ok": False, "timeout": True})
+        self._finish(pending, protocol.timed_out())
         # The helper times its readers itself; silent this long, it is stuck.
         pending.connection.kill()
 
@@ -369,8 +362,7 @@ class WarmRunner:
         pending = self._pending.pop(request_id, None)
         if pending is not None:
             pending.stop_guard()
-            cancel = {"op": "cancel", "id": request_id}
-            pending.connection.send(json.dumps(cancel).encode("utf-8") + b"\n")
+            pending.connection.send(protocol.encode(protocol.cancel_request(request_id)))
 
     def _helper_ended(self, connection, reason):
         if connection is self._connection:
@@ -382,10 +374,7 @@ class WarmRunner:
                 self._send(pending)
             else:
                 how = _how_it_ended(reason)
-                self._finish(
-                    pending,
-                    {"ok": False, "helper_died": how, "stderr": connection.stderr.text()},
-                )
+                self._finish(pending, protocol.helper_died(how, connection.stderr.text()))
         if self._stopped and self._connection is None:
             self._stopped_now()
 
