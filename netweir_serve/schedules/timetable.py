@@ -415,8 +415,3 @@ class Timetable:
         self.log.info("schedule {name} resumed", name=record.name)
         return updated
 
-
-def shown_times(record, zone):
-    """``(next_run, last_run)`` of ``record`` in ISO 8601 in ``zone``."""
-    return times.iso_time(record.next_due, zone), times.iso_time(record.last_due, zone)
-

@@ -9,6 +9,7 @@ from ..names import fold
 from .answer import NODE_NAME, encode, ok_body, write_error
 from .endpoint import ApiEndpoint
 from .params import ApiError
+from .cache import VersionCache
 from .refusals import refused
 from .schedules import schedule_endpoints
 from .views import job_entry, stats_entry
@@ -48,37 +49,12 @@ class Api:
             raise ApiError(404, e.message) from None
 
 
-class VersionCache:
-    """Answers built from the job table, kept until its version moves on."""
-
-    def __init__(self, api):
-        self._api = api
-        self._version = None
-        self._answers = {}
-
-    def answer(self, key, build):
-        """The answer for ``key``: the kept one while the table's version is
-        the same (at once, no Deferred), else a Deferred of ``build()``."""
-        version = self._api.store.version
-        if version != self._version:
-            self._answers.clear()
-            self._version = version
-        if key in self._answers:
-            return self._answers[key]
-        return build().addCallback(self._keep, version, key)
-
-    def _keep(self, answer, version, key):
-        if version == self._version:
-            self._answers[key] = answer
-        return answer
-
-
 class DaemonStatus(ApiEndpoint):
     """Dashboards poll this: the answer is built once per change of the table."""
 
     def __init__(self, api):
         super().__init__(api)
-        self._cache = VersionCache(api)
+        self._cache = VersionCache(lambda: api.store)
 
     def answer(self, params, request):
         return self._cache.answer(None, self._build)
@@ -152,7 +128,7 @@ class ListJobs(ApiEndpoint):
 
     def __init__(self, api):
         super().__init__(api)
-        self._cache = VersionCache(api)
+        self._cache = VersionCache(lambda: api.store)
 
     def answer(self, params, request):
         project = params.name("project", required=False)

@@ -16,16 +16,17 @@ from datetime import datetime
 from html import escape
 from urllib.parse import quote
 
+from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
 from ..jobs.records import FINISHED, RUNNING
-from ..schedules.timetable import shown_times
 from .answer import write_error
+from .cache import VersionCache
 from .dashboard import dashboard_section, static_files
 from .deferred import render_result
-from .views import items_url, log_url
+from .views import items_url, log_url, shown_times
 
 log = Logger()
 
@@ -208,8 +209,6 @@ def schedule_row(record, zone):
     class and its cells share a line, so ScrapydWeb's reading of job rows
     (a bare ``<tr>``, one cell a line) never takes it for a job."""
     next_run, last_run = shown_times(record, zone)
-    if record.paused:
-        next_run = None
     state = "paused" if record.paused else (f"error: {record.error}" if record.error else "active")
     cells = (record.name, record.project, record.spider, f"{record.kind}={record.rule}",
              record.tz, next_run or "", last_run or "", record.last_job or "",
@@ -249,17 +248,19 @@ class Jobs(HtmlPage):
         self.store = store
         self.timetable = timetable
         self.clock = clock
-        self._version = None
-        self._cached = None
+        self._cache = VersionCache(lambda: self.store)
 
     def page(self, request):
-        version = self.store.version
-        if version == self._version:
-            return self._html(self._cached)
+        cached = self._cache.answer(None, self._build)
+        if isinstance(cached, defer.Deferred):
+            return cached.addCallback(self._html)
+        return self._html(cached)
+
+    def _build(self):
         rows = self.store.jobs().addCallback(self._rows)
         if self.timetable is not None:
             rows.addCallback(self._with_schedules)
-        return rows.addCallback(self._keep, version)
+        return rows
 
     def _rows(self, jobs):
         pending, running, finished = jobs
@@ -273,10 +274,6 @@ class Jobs(HtmlPage):
             return cached[:3] + ("".join(schedule_row(r, zone_of(r)) for r in records),)
 
         return self.timetable.schedules().addCallback(rows)
-
-    def _keep(self, cached, version):
-        self._cached, self._version = cached, version
-        return self._html(cached)
 
     def _html(self, cached):
         pending_rows, running, finished_rows, schedule_rows = cached

@@ -98,6 +98,7 @@ def stats_entry(record, running_stats):
 def schedule_entry(record, zone):
     """One schedule of listschedules.json (and the answer to each schedule
     endpoint), its times in ISO 8601 in ``zone``."""
+    next_run, last_run = shown_times(record, zone)
     entry = {
         "name": record.name,
         "project": record.project,
@@ -110,9 +111,8 @@ def schedule_entry(record, zone):
         "arguments": dict(record.arguments),
         "priority": record.priority,
         "paused": record.paused,
-        # A paused schedule runs at no time until it is resumed.
-        "next_run": None if record.paused else iso_time(record.next_due, zone),
-        "last_run": iso_time(record.last_due, zone),
+        "next_run": next_run,
+        "last_run": last_run,
         "last_job": record.last_job,
         "runs": record.runs,
         "skipped": record.skipped,
@@ -120,3 +120,10 @@ def schedule_entry(record, zone):
     if record.error is not None:
         entry["error"] = record.error
     return entry
+
+
+def shown_times(record, zone):
+    """``(next_run, last_run)`` of a schedule in ISO 8601 in ``zone``; a
+    paused schedule runs at no time until it is resumed."""
+    next_run = None if record.paused else iso_time(record.next_due, zone)
+    return next_run, iso_time(record.last_due, zone)
