@@ -41,7 +41,9 @@ def settle_left_running(store, launcher, directory, node, clock, identify=_proct
             else:
                 adopted.append(record)
                 continue
-        ended.append((yield _settle(store, directory, record, clock)))
+        settled = yield _settle(store, directory, record, clock)
+        ended.append(settled)
+        launcher.settled(settled)
     return adopted, ended
 
 

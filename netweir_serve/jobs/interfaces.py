@@ -180,6 +180,9 @@ class ILauncher(Interface):
         """Takes over a running job an earlier service left running, whose
         process is still the one it started."""
 
+    def settled(record):
+        """Announces ("ended") a job that ended unwatched, recorded at start."""
+
     def hand_over():
         """Lets go of every running job without stopping it, for the next
         start to adopt; a Deferred of how many."""

@@ -142,10 +142,20 @@ class Launcher:
         job.watch = self._watch(self._reactor, record.pid, record.proc_start,
                                 lambda: self._process_ended(record.id, None))
         self._watch_stats(job)
+        if job.cancel_requested:
+            # Asked of the last service, whose grace timer went with it: the
+            # kill comes once this one's grace is over.
+            job.kill_call = self._reactor.callLater(self._grace, self._kill, job)
         self.log.info("job {jobid} adopted: still running, pid {pid}", jobid=record.id,
                       pid=record.pid)
         self._events.publish(STARTED, record)
         return self._running[key]
+
+    def settled(self, record):
+        """Announces the end of a job that ended while no service watched
+        it, now recorded at start (jobs.adoption): metrics, notifications
+        and the poller hear of it as of any job's end."""
+        self._events.publish(ENDED, record)
 
     def _started(self, record, job):
         if record is not None and record.state != FINISHED:
