@@ -16,6 +16,7 @@ from . import __version__
 from .jobs.records import OUTCOMES
 from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_listener
 from .projects import ProjectError, ProjectTable, parse_project
+from .schedules.times import local_zone_name
 
 USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
 PASSWORD_VARIABLE = "NETWEIR_SERVE_PASSWORD"
@@ -67,8 +68,11 @@ class ServeConfig:
     # Where it listens (listening.Listener each, from --listen); none: the
     # tcp endpoint of bind and port.
     listeners: tuple = ()
-    # The name this service claims jobs under (listjobs' node_name too).
+    # The name this service claims jobs under.
     node: str = socket.gethostname()
+    # The zone a recurring schedule added without tz= runs in: the
+    # machine's, as TZ or /etc/localtime say at start.
+    local_zone: str = "UTC"
     # The interpreter jobs and spider readers run in (it needs netweir).
     python: str = sys.executable
     # Seconds from a cancel to the kill of the job's whole process group.
@@ -293,6 +297,7 @@ class ServeOptions(usage.Options):
     def config(self):
         """The checked options as a ServeConfig."""
         return ServeConfig(
+            local_zone=local_zone_name(self.environ),
             grace=self["grace"],
             log_level=self["log-level"],
             projects=self["projects"],

@@ -307,7 +307,7 @@ def makeService(config, reactor):
     metrics.subscribe(events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
              secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)
-    timetable = Timetable(store, submitter, reactor, environ=os.environ,
+    timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
                           on_change=lambda r: (hub.schedule_changed(r),
                                                metrics.schedule_changed(r)))
     hub.show_schedules(timetable)

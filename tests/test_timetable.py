@@ -75,7 +75,7 @@ class Rig:
 
     def new_timetable(self):
         self.submitter = FakeSubmitter(self.store, self.clock)
-        return Timetable(self.store, self.submitter, self.clock, environ={"TZ": "UTC"},
+        return Timetable(self.store, self.submitter, self.clock, local_zone="UTC",
                          on_change=self.changes.append)
 
     def start(self):

@@ -15,13 +15,19 @@ class DuplicateJob(ValueError):
         self.jobid = jobid
 
 
-class StoreError(Exception):
-    """The job table could not be read or written (a locked file for too
-    long, a full disk); ``message`` says which, for a log line or an answer."""
+class Refusal(Exception):
+    """What the core tells whoever asked, when it does not do what was
+    asked: ``message``, a sentence for them (web/refusals.py answers each
+    kind with its HTTP status)."""
 
     def __init__(self, message):
         super().__init__(message)
         self.message = message
+
+
+class StoreError(Refusal):
+    """The job table could not be read or written (a locked file for too
+    long, a full disk); ``message`` says which, for a log line or an answer."""
 
 
 @dataclass(frozen=True)

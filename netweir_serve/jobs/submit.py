@@ -16,15 +16,11 @@ from twisted.internet import defer
 from ..names import spelled_settings
 from ..spiders.runners import InspectError
 from . import datapaths, policies
-from .records import DuplicateJob
+from .records import DuplicateJob, Refusal
 
 
-class SubmitRefused(Exception):
+class SubmitRefused(Refusal):
     """A job that is not queued; ``message`` says why, for the requester."""
-
-    def __init__(self, message):
-        super().__init__(message)
-        self.message = message
 
 
 class UnknownProject(SubmitRefused):

@@ -65,29 +65,30 @@ class ScheduleRequest:
     priority: float = 0.0
 
 
-def rule_of_record(record, environ=None):
+def rule_of_record(record):
     """The times.Rule a stored schedule fires by."""
     if record.kind == "cron":
-        return times.rule_of(cron=record.rule, tz=record.tz, environ=environ)
-    return times.rule_of(every=record.rule, tz=record.tz, environ=environ)
+        return times.rule_of(cron=record.rule, tz=record.tz)
+    return times.rule_of(every=record.rule, tz=record.tz)
 
 
 class Timetable:
     """The service's recurring schedules.
 
     ``store`` provides IScheduleStore and IJobStore (schedule_jobs, get);
-    ``submitter`` is the JobSubmitter; ``clock`` an IReactorTime; ``environ``
-    is where the local zone's name is found. ``on_change(record)`` is called
+    ``submitter`` is the JobSubmitter; ``clock`` an IReactorTime;
+    ``local_zone`` the zone a schedule added without ``tz`` runs in (the
+    service's local zone, read once with the options). ``on_change(record)`` is called
     after a schedule is added, changed by a firing, paused, resumed or
     deleted (for the dashboard's events)."""
 
     log = Logger()
 
-    def __init__(self, store, submitter, clock, environ=None, on_change=None):
+    def __init__(self, store, submitter, clock, local_zone="UTC", on_change=None):
         self._store = store
         self._submitter = submitter
         self._clock = clock
-        self._environ = environ
+        self._local_zone = local_zone
         self._on_change = on_change or (lambda record: None)
         self._schedules = {}
         self._rules = {}
@@ -157,7 +158,7 @@ class Timetable:
         key = fold(record.name)
         self._schedules[key] = record
         try:
-            self._rules[key] = rule_of_record(record, self._environ)
+            self._rules[key] = rule_of_record(record)
         except times.RuleError as e:
             # A zone taken out of the system's tzdata since, say.
             self._rules.pop(key, None)
@@ -323,7 +324,7 @@ class Timetable:
         if rule is not None:
             return rule.zone
         try:
-            return times.parse_zone(record.tz, self._environ)[1]
+            return times.parse_zone(record.tz)[1]
         except times.RuleError:
             return times.parse_zone("UTC")[1]
 
@@ -342,8 +343,8 @@ class Timetable:
         if problem:
             raise ScheduleRefused(f"parameter 'name': {problem}")
         try:
-            rule = times.rule_of(cron=request.cron, every=request.every, tz=request.tz,
-                                 environ=self._environ)
+            rule = times.rule_of(cron=request.cron, every=request.every,
+                                 tz=self._local_zone if request.tz is None else request.tz)
             overlap = times.parse_policy("overlap", request.overlap or "skip")
             misfire = times.parse_policy("misfire", request.misfire or "once")
         except times.RuleError as e:
