@@ -3,7 +3,8 @@
 import errno
 import fcntl
 import os
-import stat
+
+from . import folders
 
 LOCK_NAME = "lock"
 
@@ -33,34 +34,18 @@ def _said(error):
 def _make_directory(directory, made):
     """Makes ``directory`` and any missing folders above it, outermost
     first, appending each one made to ``made``. Raises DirectoryUnusable."""
-    missing = []
-    here = os.path.abspath(directory)
-    while True:
-        try:
-            mode = os.stat(here).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            # Missing, or below a file: the file is found further up.
-            missing.append(here)
-            parent = os.path.dirname(here)
-            if parent == here:
-                break
-            here = parent
-            continue
-        except OSError as e:
-            raise _unusable(directory, f"cannot look at {here}: {_said(e)}") from None
-        if not stat.S_ISDIR(mode):
-            raise _unusable(directory, f"{here} is a file, not a folder")
-        break
-    for path in reversed(missing):
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            if os.path.isdir(path):
-                continue
-            raise _unusable(directory, f"{path} is a file, not a folder") from None
-        except OSError as e:
-            raise _unusable(directory, f"cannot make the folder {path}: {_said(e)}") from None
-        made.append(path)
+    try:
+        missing = folders.missing_folders(os.path.abspath(directory))
+    except NotADirectoryError as e:
+        raise _unusable(directory, f"{e.filename} is a file, not a folder") from None
+    except OSError as e:
+        raise _unusable(directory, f"cannot look at {e.filename}: {_said(e)}") from None
+    try:
+        folders.make_folders(missing, made.append)
+    except FileExistsError as e:
+        raise _unusable(directory, f"{e.filename} is a file, not a folder") from None
+    except OSError as e:
+        raise _unusable(directory, f"cannot make the folder {e.filename}: {_said(e)}") from None
 
 
 def _open_lock_file(directory, path):

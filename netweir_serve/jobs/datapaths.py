@@ -23,6 +23,8 @@ import os
 import re
 import stat
 
+from .. import folders
+
 PATH_SETTINGS = ("checkpoint", "cache", "deltafetch", "warc", "har")
 
 MAX_PATH_BYTES = 4095
@@ -212,32 +214,12 @@ def _make_folders(folder, created):
     """Makes ``folder`` and the missing folders above it, outermost first,
     appending ``(path, (st_dev, st_ino))`` to ``created`` for each one made.
     Raises OSError; what it made by then is in ``created``."""
-    missing = []
-    here = folder
-    while True:
-        try:
-            mode = os.stat(here).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            # Missing, or below a file: the file is found further up.
-            parent = os.path.dirname(here)
-            missing.append(here)
-            if parent == here:
-                break
-            here = parent
-            continue
-        if not stat.S_ISDIR(mode):
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), here)
-        break
-    for path in reversed(missing):
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            # Made meanwhile by someone else: fine if it is a folder.
-            if not os.path.isdir(path):
-                raise
-            continue
+
+    def made(path):
         st = os.lstat(path)
         created.append((path, (st.st_dev, st.st_ino)))
+
+    folders.make_folders(folders.missing_folders(folder), made)
 
 
 def _cannot_make(key, value, error):

@@ -1,5 +1,6 @@
 """Forgetting finished jobs past --keep, with their files."""
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from .files import delete_files, files_of
@@ -9,7 +10,8 @@ class Pruner:
     """Forgets the oldest finished jobs past ``keep`` and deletes their
     files, on a timer of its own: ``request`` may be called from anywhere
     (a job's end, a request handler) and never deletes files in its
-    caller's call stack; requests made before it runs make one pruning."""
+    caller's call stack; requests made before it runs make one pruning.
+    Once stopped it prunes no more: later requests are ignored."""
 
     log = Logger()
 
@@ -19,15 +21,23 @@ class Pruner:
         self._keep = keep
         self._clock = clock
         self._soon = None
+        self._stopped = False
 
     def request(self, *_):
-        if self._soon is None:
+        if self._soon is None and not self._stopped:
             self._soon = self._clock.callLater(0, self._prune)
 
     def _prune(self):
         self._soon = None
+        self.prune_now()
+
+    def prune_now(self):
+        """Prunes at once (at start); Deferred that fires when done (at
+        once, having done nothing, once stopped)."""
+        if self._stopped:
+            return defer.succeed(None)
         pruned = self._store.prune(self._keep)
-        pruned.addCallbacks(self._delete_files, self._failed)
+        return pruned.addCallbacks(self._delete_files, self._failed)
 
     def _delete_files(self, records):
         for record in records:
@@ -38,12 +48,10 @@ class Pruner:
     def _failed(self, failure):
         self.log.failure("could not forget finished jobs past --keep", failure)
 
-    def prune_now(self):
-        """Prunes at once (at start); Deferred that fires when done."""
-        pruned = self._store.prune(self._keep)
-        return pruned.addCallbacks(self._delete_files, self._failed)
-
     def stop(self):
+        """Cancels a pruning not yet begun, and every later request. A
+        pruning under way finishes."""
+        self._stopped = True
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
         self._soon = None

@@ -21,7 +21,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..jobs import policies
-from ..jobs.records import DuplicateJob
+from ..jobs.records import DuplicateJob, Refusal
 from ..jobs.submit import JobRequest, SubmitRefused
 from ..names import MAX_NAME_LENGTH, fold, name_problem
 from . import times
@@ -36,12 +36,8 @@ MAX_SCHEDULE_NAME = MAX_NAME_LENGTH - len("-20260101T000000Z")
 RETRY_SECONDS = 5.0
 
 
-class ScheduleRefused(Exception):
+class ScheduleRefused(Refusal):
     """A schedule request that cannot be met; ``message`` says why."""
-
-    def __init__(self, message):
-        super().__init__(message)
-        self.message = message
 
 
 class UnknownSchedule(ScheduleRefused):
