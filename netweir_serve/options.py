@@ -171,7 +171,11 @@ class ServeOptions(usage.Options):
         "Runs Netweir spiders as jobs over a scrapyd-shaped HTTP API. Give the"
         " username and password in NETWEIR_SERVE_USERNAME and"
         " NETWEIR_SERVE_PASSWORD rather than on the command line, where every"
-        " user of the machine can read them (ps, /proc)."
+        " user of the machine can read them (ps, /proc). Ctrl-C or SIGTERM stops"
+        " it: running jobs are cancelled and waited for. SIGUSR1 stops it for a"
+        " handover: running jobs keep running, and the next start on the same"
+        " --dir adopts them (to upgrade or change options without cancelling"
+        " crawls)."
     )
     optFlags = [
         ["insecure-no-auth", None,
