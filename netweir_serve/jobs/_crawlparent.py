@@ -125,5 +125,9 @@ def main(argv):
         _write_status(status_path, status, _Crawl.pid)
     except OSError as e:
         sys.stderr.write(f"netweir-serve: could not write the job's exit status: {e}\n")
-        return 1
+        # The service watching this process takes its status for the
+        # crawl's when there is no file: pass the crawl's on.
+        if status is None:
+            return CANNOT_RUN
+        return status if status >= 0 else 128 - status
     return 0

@@ -16,14 +16,9 @@ from twisted.logger import Logger
 from .. import _proctree
 from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
+from .outcomes import outcome_of
 
 log = Logger()
-
-
-def outcome_of(record, exit_status):
-    if record.cancel_requested:
-        return "cancelled"
-    return "finished" if exit_status == 0 else "failed"
 
 
 @defer.inlineCallbacks

@@ -18,6 +18,7 @@ from zope.interface import implementer
 from .. import _proctree
 from ..names import fold
 from .events import CHANGED, ENDED, STARTED
+from .outcomes import outcome_of
 from .files import files_of, read_exit_status, read_stats
 from .interfaces import ILauncher
 from .logstats import append_stats
@@ -271,14 +272,12 @@ class Launcher:
             status, end_time = parent_status, now
         stats = read_stats(job.files.stats) or job.stats
         reason = None
-        if job.cancel_requested:
-            outcome = "cancelled"
-        elif status is None:
+        if written is None and parent_status is None and not job.cancel_requested:
             # An adopted job whose parent left no status: killed from outside,
             # or the machine went down under it.
             outcome, reason = "lost", "its process ended without leaving an exit status"
         else:
-            outcome = "finished" if status == 0 else "failed"
+            outcome = outcome_of(job.record, status, job.cancel_requested)
         try:
             # ScrapydWeb reads a crawl's numbers from the end of its log.
             append_stats(job.files.log, stats, outcome, end_time)
