@@ -117,6 +117,54 @@ class IScheduleStore(Interface):
         """Forgets the schedule; fires with the record it had, or None."""
 
 
+class IClusterStore(Interface):
+    """The nodes sharing one job table (the PostgreSQL backend), and what
+    the others need of a node's running jobs. Times are the database's
+    clock, never a node's; every method returns a Deferred. Node names are
+    compared exactly."""
+
+    def register_node(name, url, timeout=None):
+        """Records node ``name``, reached at ``url``, as alive and started
+        now (again, if it was known, even declared dead). With ``timeout``
+        (seconds), fails with NodeNameTaken, changing nothing, when a node
+        of that name at another URL was heard within it and not declared
+        dead. Fires with what was known of the name before (a dict as
+        ``nodes`` gives; ``dead`` True if it was declared dead meanwhile,
+        its jobs lost), or None."""
+
+    def heartbeat(name):
+        """Says node ``name`` is alive now. Fires with False when it is not
+        registered or was declared dead (its running jobs are lost: it must
+        end them and register again), True otherwise. Moves no version."""
+
+    def declare_dead(timeout_seconds, end_time=None, reason=None):
+        """Marks dead every live node silent for more than
+        ``timeout_seconds``; fires with the sorted names newly marked, each
+        returned exactly once however many nodes ask at the same time. With
+        ``end_time``, their running jobs are ended lost in the same
+        transaction, as ``mark_lost`` does."""
+
+    def nodes():
+        """Every node known, by name: dicts of name, url, heartbeat and
+        started (epoch seconds), dead (bool) and age (seconds since its
+        heartbeat, by the database's clock)."""
+
+    def mark_lost(node, end_time, reason=None):
+        """Ends every job still running on ``node`` as lost at
+        ``end_time``, keeping the stats last saved for it; fires with the
+        ended records (none for a job already ended, so exactly once)."""
+
+    def save_stats(jobid, stats):
+        """Saves a running job's latest stats (a dict), for the other nodes'
+        answers and for a loss; fires with False when it no longer runs."""
+
+    def on_notice(callback):
+        """Calls ``callback(notice)`` (a jobs.store.notices.StoreNotice: its
+        ``kind``, ``version``, ``jobid``, ``node``) on the reactor thread for
+        every change another node makes, as soon as it is heard. Returns a
+        function that stops the calls. (Not a Deferred.)"""
+
+
 class IScheduler(Interface):
     """Queues checked jobs and takes them out again."""
 

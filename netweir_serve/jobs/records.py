@@ -15,6 +15,16 @@ class DuplicateJob(ValueError):
         self.jobid = jobid
 
 
+class NodeNameTaken(ValueError):
+    """A live node of the cluster, reached at another URL, has this name."""
+
+    def __init__(self, name, url):
+        super().__init__(f"node name {name!r} is held by a live node at {url}"
+                         " (node names are unique in a cluster)")
+        self.name = name
+        self.url = url
+
+
 class Refusal(Exception):
     """What the core tells whoever asked, when it does not do what was
     asked: ``message``, a sentence for them (web/refusals.py answers each

@@ -1,0 +1,686 @@
+"""IJobStore (with IScheduleStore and IClusterStore) on PostgreSQL, one
+table shared by every node of a cluster.
+
+The work is done by ``twisted.enterprise.adbapi`` in a small thread pool,
+one psycopg connection per thread, so the reactor never waits for the
+database: every method answers with a Deferred that fires later. Every
+change is one transaction, which also moves the store-wide version on
+(``store_meta``, one row) and sends a NOTIFY per thing changed
+(jobs.store.notices); each store LISTENs on a connection of its own that
+the reactor watches (postgres_listen), so it keeps ``version`` current and
+tells ``on_notice`` callbacks what the other nodes did within milliseconds.
+
+A lost connection is the normal course of a long-running service here (the
+server restarts, the network goes away): a connection psycopg found broken
+is dropped and the next statement connects again, and a transaction that
+failed on a broken connection before its COMMIT was sent (so nothing of it
+was made) is tried once more on a new one. Anything else fails with
+StoreError, a sentence saying why.
+"""
+
+import secrets
+from dataclasses import replace
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from twisted.enterprise import adbapi
+from twisted.internet import defer, threads
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from ...names import fold
+from ..interfaces import IClusterStore, IJobStore, IScheduleStore
+from ..records import (
+    FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
+from .columns import Column, dump_json, record_of, select_list
+from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
+from .notices import StoreNotice, decode, payload_tail
+from .postgres_listen import NoticeWatcher, listening_connection
+from .postgres_migrations import migrate_postgres
+from .postgres_schedules import PostgresScheduleTable
+from .sqlite import COLUMNS as SQLITE_COLUMNS
+
+log = Logger()
+
+# Connections (and threads) per store: the work is short statements, and
+# claims queue behind one advisory lock anyway.
+POOL_SIZE = 3
+
+# libpq settings a connection gets unless the URL says otherwise: give up
+# connecting after 10 s, and notice a dead peer (a network cut, which no
+# packet announces) within about half a minute instead of TCP's default of
+# hours: a LISTEN connection sits idle, and an idle socket hears nothing.
+CONNECTION_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+    "application_name": "netweir-serve",
+}
+
+# The key of the transaction-level advisory lock every claim takes first.
+CLAIM_LOCK = 0x6E77_0002
+# ... and the one that serializes registrations of node names.
+NODE_LOCK = 0x6E77_0003
+
+
+def _adapted(columns, **types):
+    """``columns`` with the ones named in ``types`` converted as given:
+    the same columns as SQLite's, where PostgreSQL has a type of its own."""
+    return tuple(Column(c.name, *types[c.name]) if c.name in types else c for c in columns)
+
+
+# SQLite's declarations, but for the booleans and the array of locks,
+# which PostgreSQL holds as what they are.
+COLUMNS = _adapted(SQLITE_COLUMNS, cancel_requested=(bool, bool), locks=(list, tuple))
+LISTED = tuple(c for c in COLUMNS if c.name != "stats")
+_INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
+_SELECT = select_list(COLUMNS)
+_SELECT_LISTED = select_list(LISTED)
+
+_NODE_FIELDS = ("name", "url", "heartbeat", "started", "dead", "age")
+_SELECT_NODE = (
+    "SELECT name, url, extract(epoch FROM heartbeat)::float8,"
+    " extract(epoch FROM started)::float8, dead,"
+    " extract(epoch FROM now() - heartbeat)::float8 FROM nodes")
+
+# The run policies of jobs.policies, as conditions on a pending job ``j``:
+# none of its locks held by a running job, and (when a limit is given) its
+# spider under the limit of running jobs.
+_MAY_RUN = (
+    "NOT EXISTS (SELECT 1 FROM jobs r WHERE r.state = 'running' AND r.locks && j.locks)"
+    " AND (%(max)s::integer IS NULL OR (SELECT count(*) FROM jobs r"
+    " WHERE r.state = 'running' AND r.project_key = j.project_key"
+    " AND r.spider = j.spider) < %(max)s::integer)")
+
+_CLAIM = (
+    "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
+    " WHERE state = 'pending' AND seq = ("
+    "   SELECT j.seq FROM jobs j"
+    "   WHERE j.state = 'pending' AND j.project_key = ANY(%(keys)s) AND " + _MAY_RUN +
+    "   ORDER BY j.priority DESC, j.seq"
+    "   FOR UPDATE SKIP LOCKED LIMIT 1)"
+    f" RETURNING {_SELECT}")
+
+
+def _record(columns, row):
+    return record_of(JobRecord, columns, row)
+
+
+def _node(row):
+    return dict(zip(_NODE_FIELDS, row))
+
+
+def conninfo_of(url):
+    """The libpq connection string for ``url`` (a postgresql:// URL or a
+    key=value string), with CONNECTION_DEFAULTS for what it leaves out."""
+    given = conninfo_to_dict(url)
+    return make_conninfo(url, **{k: v for k, v in CONNECTION_DEFAULTS.items()
+                                 if k not in given})
+
+
+def shown(url):
+    """``url`` as a log line or an error may show it: without its password."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "the PostgreSQL database given"
+    where = params.get("host", "localhost")
+    if params.get("port"):
+        where += f":{params['port']}"
+    user = f"{params['user']}@" if params.get("user") else ""
+    return f"postgresql://{user}{where}/{params.get('dbname', '')}"
+
+
+def _sentence(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+class CommitUnknown(StoreError):
+    """The connection broke while a change was being committed: it may or
+    may not have been made (a claim, say, may have taken a job for this
+    node). Read the table again to know."""
+
+
+class _BrokenCommit(Exception):
+    def __init__(self, error):
+        super().__init__(_sentence(error))
+
+
+class _PooledConnection(adbapi.Connection):
+    """adbapi's connection, but one found broken is dropped quietly: the
+    next statement on this thread connects again. (adbapi's own logs a
+    traceback twice and raises from the rollback, hiding the real error.)"""
+
+    def commit(self):
+        try:
+            self._connection.commit()
+        except psycopg.OperationalError as e:
+            if self._connection.closed or self._connection.broken:
+                raise _BrokenCommit(e) from e
+            raise
+
+    def rollback(self):
+        conn = self._connection
+        if not (conn.closed or conn.broken):
+            try:
+                conn.rollback()
+                return
+            except psycopg.Error:
+                pass
+        # (Unless it was dropped already, by a reconnection that failed.)
+        if self._pool.connections.get(self._pool.threadID()) is conn:
+            self._pool.disconnect(conn)
+
+
+class _Pool(adbapi.ConnectionPool):
+    connectionFactory = _PooledConnection
+
+    def connect(self):
+        conn = super().connect()
+        if conn.closed or conn.broken:
+            self.disconnect(conn)
+            conn = super().connect()
+        return conn
+
+
+class _Tx:
+    """One transaction, in a pool thread: its statements, and the notices
+    of what it changed (which also move the version on)."""
+
+    def __init__(self, cursor):
+        self.cursor = cursor
+        self.notices = []
+
+    def execute(self, sql, params=None):
+        self.cursor.execute(sql, params)
+        return self.cursor
+
+    def one(self, sql, params=None):
+        return self.execute(sql, params).fetchone()
+
+    def all(self, sql, params=None):
+        return self.execute(sql, params).fetchall()
+
+    def changed(self, kind, jobid=None, node=None):
+        self.notices.append((kind, jobid, node))
+
+
+def _broken(cursor):
+    conn = cursor.connection
+    return conn.closed or conn.broken
+
+
+@implementer(IJobStore, IScheduleStore, IClusterStore)
+class PostgresJobStore(PostgresScheduleTable):
+    """The job table in the PostgreSQL database ``url`` (a postgresql://
+    URL or a libpq key=value string; its ``options`` may set a search_path
+    to keep the tables in a schema of their own), on ``reactor`` (``clock``
+    if not given: the service passes its reactor as both).
+
+    Connects, brings the schema up to date and starts listening before it
+    returns: it blocks, as opening an SQLite file does, so make it before
+    the reactor runs, or use ``opened`` (a Deferred, the blocking part in
+    a thread). Raises StoreError when the database cannot be used, and
+    migrations.NewerSchema for a schema a newer netweir-serve made."""
+
+    shared = True
+
+    def __init__(self, url, clock, reactor=None, pool_size=POOL_SIZE,
+                 reconnect_delays=None, _listening=None):
+        self._clock = clock
+        self._reactor = reactor if reactor is not None else clock
+        self._conninfo = conninfo_of(url)
+        self._shown = shown(url)
+        # Tells this store's own notices from the others'.
+        self._origin = secrets.token_hex(8)
+        self._closed = False
+        self._in_flight = set()
+        self._callbacks = []
+        if _listening is None:
+            _listening = self._start_listening(migrate=True)
+        conn, self._version = _listening
+        self._pool = _Pool("psycopg", self._conninfo, cp_min=1, cp_max=pool_size,
+                           cp_reconnect=True, cp_reactor=self._reactor)
+        watcher_options = {} if reconnect_delays is None else {"delays": reconnect_delays}
+        self._watcher = NoticeWatcher(
+            self._reactor, self._start_listening, self._heard, self._listening_again,
+            self._shown, **watcher_options)
+        self._watcher.watch(conn)
+
+    @classmethod
+    def opened(cls, url, clock, reactor=None, **options):
+        """A Deferred of a store opened as the constructor does, with the
+        connecting and migrating done in the reactor's thread pool."""
+        reactor = reactor if reactor is not None else clock
+        conninfo = conninfo_of(url)
+        listening = threads.deferToThreadPool(
+            reactor, reactor.getThreadPool(), _listening_connection, conninfo, shown(url),
+            True)
+        return listening.addCallback(
+            lambda done: cls(url, clock, reactor, _listening=done, **options))
+
+    def _start_listening(self, migrate=False):
+        # Blocks: at start, or in a thread when the watcher connects again.
+        return _listening_connection(self._conninfo, self._shown, migrate)
+
+    # -- running the work ------------------------------------------------------
+
+    def _write(self, work):
+        return self._run(work, "written")
+
+    def _read(self, work):
+        return self._run(work, "read")
+
+    def _run(self, work, what):
+        if self._closed:
+            return defer.fail(StoreError("the job table is closed"))
+        d = self._pool.runInteraction(self._transaction, work)
+        self._in_flight.add(d)
+
+        def settled(result):
+            self._in_flight.discard(d)
+            return result
+
+        d.addBoth(settled)
+        d.addCallbacks(self._made, self._failed, errbackArgs=(what,))
+        return d
+
+    def _transaction(self, cursor, work):
+        # In a pool thread. A connection found broken inside the work has
+        # committed nothing (adbapi commits after it returns): try once
+        # more on a new connection.
+        try:
+            return self._attempt(cursor, work)
+        except psycopg.OperationalError:
+            if not _broken(cursor):
+                raise
+        cursor.reconnect()
+        cursor.reopen()
+        return self._attempt(cursor, work)
+
+    def _attempt(self, cursor, work):
+        tx = _Tx(cursor)
+        result = work(tx)
+        if not tx.notices:
+            return result, None
+        # The version moves on and every notice goes out in one statement,
+        # at the end: the row lock on store_meta is held only until the
+        # commit, and commits (so versions, and the notices' order) follow it.
+        tails = list(dict.fromkeys(payload_tail(self._origin, *n) for n in tx.notices))
+        rows = tx.all(
+            "WITH bumped AS (UPDATE store_meta SET version = version + 1 RETURNING version)"
+            " SELECT bumped.version, pg_notify(%s, bumped.version::text || ' ' || tail)"
+            " FROM bumped, unnest(%s::text[]) AS tail", (CHANNEL, tails))
+        return result, rows[0][0]
+
+    def _made(self, done):
+        result, version = done
+        if version is not None and version > self._version:
+            self._version = version
+        return result
+
+    def _failed(self, failure, what):
+        error = failure.value
+        if isinstance(error, _BrokenCommit):
+            raise CommitUnknown(
+                f"the job table at {self._shown} could not be {what}: the connection was"
+                f" lost as the change was committed ({error}), so it may or may not have"
+                " been made")
+        if isinstance(error, psycopg.Error):
+            raise StoreError(
+                f"the job table at {self._shown} could not be {what}: {_sentence(error)}")
+        if isinstance(error, adbapi.ConnectionLost):
+            raise StoreError(f"the job table at {self._shown} could not be {what}: the"
+                             " connection to PostgreSQL was lost")
+        return failure
+
+    # -- notices ---------------------------------------------------------------
+
+    def on_notice(self, callback):
+        """Calls ``callback(notice)`` (a notices.StoreNotice), on the reactor
+        thread, for every change another store (node) makes, as soon as it
+        is heard: to poll at once for a queued or ended job, or, as the
+        job's owner, to act on a CANCEL asked elsewhere. After the LISTEN
+        connection was lost and came back, a CHANGED notice says that
+        anything may have changed meanwhile (re-read what matters: a cancel
+        asked meanwhile was not heard). A store's own changes are not
+        announced to itself. Returns a function that stops the calls."""
+        self._callbacks.append(callback)
+        return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
+
+    @property
+    def listening(self):
+        """Whether the LISTEN connection is up (other nodes' changes heard now)."""
+        return self._watcher.listening
+
+    def _heard(self, payload):
+        decoded = decode(payload)
+        if decoded is None:
+            return
+        origin, notice = decoded
+        if notice.version > self._version:
+            self._version = notice.version
+        if origin != self._origin:
+            self._announce(notice)
+
+    def _listening_again(self, version):
+        if version > self._version:
+            self._version = version
+        self._announce(StoreNotice(CHANGED, self._version))
+
+    def _announce(self, notice):
+        for callback in list(self._callbacks):
+            try:
+                callback(notice)
+            except Exception:
+                log.failure("a store notice's callback failed ({kind})", kind=notice.kind)
+
+    # -- IJobStore -------------------------------------------------------------
+
+    @property
+    def version(self):
+        return self._version
+
+    def add(self, record):
+        values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
+        marks = ", ".join("%s" for _ in _INSERTED)
+
+        def insert(tx):
+            try:
+                seq = tx.one(
+                    f"INSERT INTO jobs (key, project_key, {select_list(_INSERTED)})"
+                    f" VALUES (%s, %s, {marks}) RETURNING seq",
+                    (fold(record.id), fold(record.project)) + values)[0]
+            except psycopg.errors.UniqueViolation:
+                raise DuplicateJob(record.id) from None
+            tx.changed(QUEUED, record.id)
+            return seq
+
+        return self._write(insert).addCallback(
+            lambda seq: _with_seq(record, seq))
+
+    def get(self, jobid):
+        return self._read(lambda tx: _one(tx, "key = %s", (fold(jobid),)))
+
+    def claim_next(self, node, projects, now, max_per_spider=None):
+        keys = sorted({fold(p) for p in projects})
+        if not keys:
+            return defer.succeed(None)
+
+        def claim(tx):
+            # Two claims at once, each in READ COMMITTED, would each see the
+            # other's job still pending (not yet committed) and so each
+            # find its own job free to run, although the two share a lock:
+            # SKIP LOCKED keeps them off one row, not off one lock. So every
+            # claim first takes this advisory lock, held to its commit, and
+            # the claim statement, begun after it is granted, sees every
+            # claim made before it. Claims are a few milliseconds; waiting
+            # for each other costs less than a second statement would.
+            tx.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
+            row = tx.one(_CLAIM, {"node": node, "now": now, "keys": keys,
+                                  "max": max_per_spider})
+            if row is None:
+                return None
+            claimed = _record(COLUMNS, row)
+            tx.changed(CLAIMED, claimed.id, node)
+            return claimed
+
+        return self._write(claim)
+
+    def schedule_jobs(self, name):
+        def count(tx):
+            found = dict(tx.all(
+                "SELECT state, count(*) FROM jobs WHERE schedule = %s AND state != %s"
+                " GROUP BY state", (name, FINISHED)))
+            return found.get(PENDING, 0), found.get(RUNNING, 0)
+
+        return self._read(count)
+
+    def mark_started(self, jobid, pid, proc_start=None):
+        def started(tx):
+            row = tx.one(f"UPDATE jobs SET pid = %s, proc_start = %s WHERE key = %s"
+                         f" AND state = %s RETURNING {_SELECT}",
+                         (pid, proc_start, fold(jobid), RUNNING))
+            if row is None:
+                return _one(tx, "key = %s", (fold(jobid),))
+            record = _record(COLUMNS, row)
+            tx.changed(STARTED, record.id, record.node)
+            return record
+
+        return self._write(started)
+
+    def mark_finished(self, jobid, outcome, end_time, exit_status=None, stats=None,
+                      reason=None):
+        if outcome not in OUTCOMES:
+            return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
+
+        def finished(tx):
+            return _ended(tx, tx.one(
+                f"UPDATE jobs SET state = %s, outcome = %s, end_time = %s, exit_status = %s,"
+                f" stats = %s, reason = %s WHERE key = %s RETURNING {_SELECT}",
+                (FINISHED, outcome, end_time, exit_status, dump_json(stats), reason,
+                 fold(jobid))))
+
+        return self._write(finished)
+
+    def cancel_pending(self, jobid, end_time):
+        def cancel(tx):
+            # One statement: a claim holding the row makes it wait, then
+            # finds the job no longer pending.
+            return _ended(tx, tx.one(
+                "UPDATE jobs SET state = %s, outcome = 'cancelled', end_time = %s, reason = %s"
+                f" WHERE key = %s AND state = %s RETURNING {_SELECT}",
+                (FINISHED, end_time, "cancelled before it started", fold(jobid), PENDING)))
+
+        return self._write(cancel)
+
+    def mark_cancel_requested(self, jobid):
+        def requested(tx):
+            row = tx.one("UPDATE jobs SET cancel_requested = true WHERE key = %s"
+                         " RETURNING id, node", (fold(jobid),))
+            if row is not None:
+                tx.changed(CANCEL, *row)
+
+        return self._write(requested)
+
+    def jobs(self, project=None):
+        where, params = "", ()
+        if project is not None:
+            where, params = "WHERE project_key = %s", (fold(project),)
+
+        def listing(tx):
+            # One statement, so one snapshot: a job moving on meanwhile is
+            # in exactly one of the lists.
+            sections = {PENDING: [], RUNNING: [], FINISHED: []}
+            for row in tx.all(
+                    f"SELECT {_SELECT_LISTED} FROM jobs {where} ORDER BY state,"
+                    " CASE state WHEN 'pending' THEN -priority WHEN 'running' THEN start_time"
+                    " ELSE end_time END, seq", params):
+                record = _record(LISTED, row)
+                sections.setdefault(record.state, []).append(record)
+            return sections[PENDING], sections[RUNNING], sections[FINISHED]
+
+        return self._read(listing)
+
+    def counts(self):
+        def count(tx):
+            found = {PENDING: 0, RUNNING: 0, FINISHED: 0}
+            found.update(tx.all("SELECT state, count(*) FROM jobs GROUP BY state"))
+            return found
+
+        return self._read(count)
+
+    def running(self, node=None):
+        return self._read(lambda tx: _running(tx, node))
+
+    def recover(self, node, end_time, stats_of):
+        # ``stats_of`` reads the service's files: it runs on the reactor
+        # thread, between reading the running jobs and ending them (each
+        # only if it still runs then).
+        def end(records):
+            if not records:
+                return []
+            plan = [(r, stats_of(r), "the service stopped while the job ran"
+                     if r.pid is not None
+                     else "the service stopped before the job's process started")
+                    for r in records]
+
+            def lost(tx):
+                ended = []
+                for record, stats, reason in plan:
+                    row = tx.one(
+                        "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s,"
+                        f" stats = %s, reason = %s WHERE seq = %s AND state = %s"
+                        f" RETURNING {_SELECT}",
+                        (FINISHED, end_time, dump_json(stats), reason, record.seq, RUNNING))
+                    if row is not None:
+                        ended.append(_ended(tx, row))
+                return ended
+
+            return self._write(lost)
+
+        return self.running(node).addCallback(end)
+
+    def prune(self, keep):
+        def forget(tx):
+            old = [_record(LISTED, row) for row in tx.all(
+                f"DELETE FROM jobs WHERE state = %s AND seq NOT IN"
+                " (SELECT seq FROM jobs WHERE state = %s ORDER BY end_time DESC, seq DESC"
+                f" LIMIT %s) RETURNING {_SELECT_LISTED}", (FINISHED, FINISHED, int(keep)))]
+            if old:
+                tx.changed(CHANGED)
+            return old
+
+        return self._write(forget)
+
+    def close(self):
+        """Stops listening, lets the statements under way finish, and closes
+        the connections; later calls fail with StoreError."""
+        if self._closed:
+            return defer.succeed(None)
+        self._closed = True
+        self._watcher.stop()
+        under_way = defer.DeferredList(list(self._in_flight), consumeErrors=False)
+        return under_way.addCallback(lambda _: self._pool.close())
+
+    # -- IClusterStore ---------------------------------------------------------
+
+    def register_node(self, name, url, timeout=None):
+        def register(tx):
+            tx.execute("SELECT pg_advisory_xact_lock(%s)", (NODE_LOCK,))
+            row = tx.one(f"{_SELECT_NODE} WHERE name = %s", (name,))
+            previous = _node(row) if row else None
+            if (previous is not None and timeout is not None and not previous["dead"]
+                    and previous["age"] < timeout and previous["url"] != url):
+                raise NodeNameTaken(name, previous["url"])
+            tx.execute(
+                "INSERT INTO nodes (name, url, heartbeat, dead, started)"
+                " VALUES (%s, %s, now(), false, now()) ON CONFLICT (name) DO UPDATE"
+                " SET url = excluded.url, heartbeat = now(), dead = false, started = now()",
+                (name, url))
+            tx.changed(NODE, node=name)
+            return previous
+
+        return self._write(register)
+
+    def heartbeat(self, name):
+        def beat(tx):
+            return tx.one("UPDATE nodes SET heartbeat = now() WHERE name = %s AND NOT dead"
+                          " RETURNING name", (name,)) is not None
+
+        return self._write(beat)
+
+    def declare_dead(self, timeout_seconds, end_time=None, reason=None):
+        def declare(tx):
+            # One statement: two nodes declaring at once both find the node
+            # silent, but the second waits for the first's row lock, then
+            # sees it dead already and leaves it out.
+            names = [row[0] for row in tx.all(
+                "UPDATE nodes SET dead = true WHERE NOT dead"
+                " AND heartbeat < now() - %s * interval '1 second' RETURNING name",
+                (float(timeout_seconds),))]
+            for name in names:
+                tx.changed(NODE, node=name)
+                if end_time is not None:
+                    _lose(tx, name, end_time, reason)
+            return sorted(names)
+
+        return self._write(declare)
+
+    def nodes(self):
+        return self._read(lambda tx: [_node(row) for row in tx.all(
+            f"{_SELECT_NODE} ORDER BY name")])
+
+    def mark_lost(self, node, end_time, reason=None):
+        return self._write(lambda tx: _lose(tx, node, end_time, reason))
+
+    def save_stats(self, jobid, stats):
+        def save(tx):
+            row = tx.one("UPDATE jobs SET stats = %s WHERE key = %s AND state = %s"
+                         " RETURNING id, node", (dump_json(stats), fold(jobid), RUNNING))
+            if row is None:
+                return False
+            tx.changed(STATS, *row)
+            return True
+
+        return self._write(save)
+
+
+# -- statements shared by the methods (run in pool threads) --------------------
+
+def _listening_connection(conninfo, described, migrate):
+    def connect():
+        try:
+            return psycopg.connect(conninfo, autocommit=True)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to the job table at {described}:"
+                             f" {_sentence(e)}") from None
+
+    def read_version(conn):
+        try:
+            if migrate:
+                migrate_postgres(conn)
+            return conn.execute("SELECT version FROM store_meta").fetchone()[0]
+        except psycopg.Error as e:
+            raise StoreError(f"cannot use the job table at {described}:"
+                             f" {_sentence(e)}") from None
+
+    return listening_connection(connect, read_version)
+
+
+def _with_seq(record, seq):
+    return replace(record, seq=seq)
+
+
+def _one(tx, where, params):
+    row = tx.one(f"SELECT {_SELECT} FROM jobs WHERE {where}", params)
+    return _record(COLUMNS, row) if row else None
+
+
+def _ended(tx, row):
+    if row is None:
+        return None
+    record = _record(COLUMNS, row)
+    tx.changed(ENDED, record.id, record.node)
+    return record
+
+
+def _running(tx, node):
+    where, params = "state = %s", (RUNNING,)
+    if node is not None:
+        where, params = where + " AND (node = %s OR node IS NULL)", (RUNNING, node)
+    return [_record(COLUMNS, row) for row in tx.all(
+        f"SELECT {_SELECT} FROM jobs WHERE {where} ORDER BY seq", params)]
+
+
+def _lose(tx, node, end_time, reason):
+    reason = reason or f"node {node} stopped answering (declared dead)"
+    rows = tx.all(
+        "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s, reason = %s"
+        f" WHERE state = %s AND node = %s RETURNING {_SELECT}",
+        (FINISHED, end_time, reason, RUNNING, node))
+    return sorted((_ended(tx, row) for row in rows), key=lambda r: r.seq)

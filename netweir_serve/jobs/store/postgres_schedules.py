@@ -1,0 +1,106 @@
+"""The recurring schedules' table, beside the jobs in the same PostgreSQL
+database.
+
+A mixin of PostgresJobStore, as sqlite_schedules is of SQLiteJobStore: it
+uses that class's transactions, so a change of a schedule moves the same
+version on and sends a SCHEDULE notice to the other nodes. Every node's
+timetable fires the same schedules; the job id derived from the schedule
+and its due time is what lets one of them queue the job (the others get
+DuplicateJob), and ``update_schedule`` adds to the counts in SQL, so
+counts made by several nodes at once add up.
+"""
+
+import psycopg
+from twisted.internet import defer
+
+from ...names import fold
+from ...schedules.records import DuplicateSchedule, ScheduleRecord
+from .columns import Column, record_of, select_list
+from .notices import SCHEDULE
+from .sqlite_schedules import _COLUMNS as SQLITE_COLUMNS
+
+# SQLite's declarations; ``paused`` is a boolean of PostgreSQL's own.
+_COLUMNS = tuple(Column(c.name, bool, bool) if c.name == "paused" else c
+                 for c in SQLITE_COLUMNS)
+_INSERTED = tuple(c for c in _COLUMNS if c.name != "seq")
+_SELECT = select_list(_COLUMNS)
+# What update_schedule may set; runs and skipped only grow.
+_SETTABLE = {c.name: c for c in _COLUMNS
+             if c.name in ("paused", "next_due", "last_due", "last_job", "error")}
+
+
+def _schedule(row):
+    return record_of(ScheduleRecord, _COLUMNS, row)
+
+
+def _one(tx, name):
+    row = tx.one(f"SELECT {_SELECT} FROM schedules WHERE key = %s", (fold(name),))
+    return _schedule(row) if row else None
+
+
+class PostgresScheduleTable:
+    """IScheduleStore's methods, for PostgresJobStore."""
+
+    def add_schedule(self, record):
+        values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
+        marks = ", ".join("%s" for _ in _INSERTED)
+
+        def insert(tx):
+            try:
+                row = tx.one(
+                    f"INSERT INTO schedules (key, project_key, {select_list(_INSERTED)})"
+                    f" VALUES (%s, %s, {marks}) RETURNING {_SELECT}",
+                    (fold(record.name), fold(record.project)) + values)
+            except psycopg.errors.UniqueViolation:
+                raise DuplicateSchedule(record.name) from None
+            tx.changed(SCHEDULE)
+            return _schedule(row)
+
+        return self._write(insert)
+
+    def get_schedule(self, name):
+        return self._read(lambda tx: _one(tx, name))
+
+    def schedules(self, project=None):
+        def listing(tx):
+            if project is None:
+                rows = tx.all(f"SELECT {_SELECT} FROM schedules ORDER BY seq")
+            else:
+                rows = tx.all(f"SELECT {_SELECT} FROM schedules WHERE project_key = %s"
+                              " ORDER BY seq", (fold(project),))
+            return [_schedule(row) for row in rows]
+
+        return self._read(listing)
+
+    def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
+        unknown = set(changes) - set(_SETTABLE)
+        if unknown:
+            return defer.fail(TypeError(
+                f"not a settable schedule field: {', '.join(sorted(unknown))}"))
+        assignments = [f"{key} = %s" for key in changes] + [
+            "runs = runs + %s", "skipped = skipped + %s"]
+        values = [_SETTABLE[key].to_db(value) for key, value in changes.items()]
+        # With ``seq``: only that schedule, not a new one given its name since.
+        where, guard = ("key = %s", ()) if seq is None else ("key = %s AND seq = %s", (seq,))
+
+        def update(tx):
+            row = tx.one(f"UPDATE schedules SET {', '.join(assignments)} WHERE {where}"
+                         f" RETURNING {_SELECT}",
+                         (*values, int(runs_added), int(skipped_added), fold(name), *guard))
+            if row is None:
+                return None
+            tx.changed(SCHEDULE)
+            return _schedule(row)
+
+        return self._write(update)
+
+    def delete_schedule(self, name):
+        def delete(tx):
+            row = tx.one(f"DELETE FROM schedules WHERE key = %s RETURNING {_SELECT}",
+                         (fold(name),))
+            if row is None:
+                return None
+            tx.changed(SCHEDULE)
+            return _schedule(row)
+
+        return self._write(delete)
