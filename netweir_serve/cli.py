@@ -93,6 +93,10 @@ def main(argv=None):
     reactor.callWhenRunning(serve.install_signal_handlers)
     reactor.addSystemEventTrigger("before", "shutdown", serve.stopService)
     reactor.run()
+    if serve.failure is not None:
+        # It could not start after all (another live node has its name).
+        sys.stderr.write(f"{PROG}: error: {serve.failure}\n")
+        return 1
     return 0
 
 

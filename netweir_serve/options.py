@@ -15,6 +15,8 @@ from twisted.python import usage
 from . import __version__
 from .jobs.records import OUTCOMES
 from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_listener
+from .jobs.store import store_location
+from .names import name_problem
 from .projects import ProjectError, ProjectTable, parse_project
 from .schedules.times import local_zone_name
 
@@ -68,8 +70,15 @@ class ServeConfig:
     # Where it listens (listening.Listener each, from --listen); none: the
     # tcp endpoint of bind and port.
     listeners: tuple = ()
-    # The name this service claims jobs under.
+    # The name this service claims jobs under (--node-name).
     node: str = socket.gethostname()
+    # The job table's URL (--jobs-db); None: sqlite:///DIR/jobs.db.
+    jobs_db: str = None
+    # Where other nodes reach this one (--node-url); None: from its
+    # first listening address.
+    node_url: str = None
+    # Seconds a node may be silent before the others declare it dead.
+    node_timeout: float = 30.0
     # The zone a recurring schedule added without tz= runs in: the
     # machine's, as TZ or /etc/localtime say at start.
     local_zone: str = "UTC"
@@ -125,6 +134,25 @@ def exposed_refusal(given):
             " no username and password are set: set NETWEIR_SERVE_USERNAME and"
             " NETWEIR_SERVE_PASSWORD, or give --insecure-no-auth if you really"
             " mean to let anyone who can reach it run spiders")
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise usage.UsageError(f"--node-timeout takes seconds, not {text!r}") from None
+    if not value >= 3:
+        raise usage.UsageError(f"--node-timeout must be at least 3 seconds, not {text}")
+    return value
+
+
+def _jobs_db(text):
+    """The --jobs-db URL, checked (sqlite:///PATH or postgresql://...)."""
+    try:
+        store_location(text, ".")
+    except ValueError as e:
+        raise usage.UsageError(str(e)) from None
+    return text
 
 
 def _whole_number(flag, minimum):
@@ -193,6 +221,16 @@ class ServeOptions(usage.Options):
          "at most this many running jobs of one project's spider (default: no limit)",
          _whole_number("--max-jobs-per-spider", 1)],
         ["keep", None, 100, "how many finished jobs to remember", _whole_number("--keep", 0)],
+        ["jobs-db", None, None,
+         "the job table: sqlite:///PATH (default: DIR/jobs.db) or postgresql://... shared by"
+         " several nodes"],
+        ["node-name", None, None,
+         "this node's name among those sharing a --jobs-db (default: the host name)"],
+        ["node-url", None, None,
+         "where the other nodes reach this one, for logs and items of its jobs (default:"
+         " from its first listening address)"],
+        ["node-timeout", None, 30.0,
+         "seconds a node may stay silent before the others declare it dead", _seconds],
         ["username", None, None,
          "require HTTP basic auth with this username (better: $NETWEIR_SERVE_USERNAME)"],
         ["password", None, None,
@@ -297,6 +335,10 @@ class ServeOptions(usage.Options):
                                    f" or critical, not {level!r}")
         self["grace"], self["log-level"] = grace, level
         self["notify-secret"] = self.environ.get(NOTIFY_SECRET_VARIABLE) or None
+        if self["jobs-db"] is not None:
+            self["jobs-db"] = _jobs_db(self["jobs-db"])
+        if self["node-name"] is not None and name_problem("--node-name", self["node-name"]):
+            raise usage.UsageError(name_problem("--node-name", self["node-name"]))
 
     def config(self):
         """The checked options as a ServeConfig."""
@@ -318,4 +360,8 @@ class ServeOptions(usage.Options):
             notify=tuple(self["notify"]),
             notify_on=tuple(self["notify-on"]),
             notify_secret=self["notify-secret"],
+            jobs_db=self["jobs-db"],
+            node=self["node-name"] or socket.gethostname(),
+            node_url=self["node-url"],
+            node_timeout=self["node-timeout"],
         )

@@ -16,7 +16,7 @@ from .dirlock import DirectoryUnusable, lock_directory
 from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
 from .options import exposed_refusal
 from . import _proctree
-from .jobs.adoption import settle_left_running
+from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
 from .jobs.events import CHANGED, ENDED, QUEUED, JobEvents
 from .jobs.records import FINISHED
 from .jobs.history import StatsHistory
@@ -29,6 +29,8 @@ from .jobs.scheduler import Scheduler
 from .jobs.store import open_store
 from .jobs.store.migrations import NewerSchema
 from .jobs.submit import JobSubmitter
+from .cluster.membership import NodeMembership
+from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .web.api import Api
@@ -113,6 +115,26 @@ class ServeService(service.Service):
         self._signals = 0
         self._handing_over = False
         self._settle_retry = None
+        # Set (by makeService) when the job table is shared with other nodes.
+        self.membership = None
+        # Why the service could not start, once it has stopped for it.
+        self.failure = None
+
+    def node_url(self):
+        """Where the other nodes reach this one when --node-url is not given:
+        its first TCP or TLS listening address, as bound (give --node-url
+        with a name other machines resolve when it listens on all
+        interfaces)."""
+        for place in self.listening:
+            address = place.port.getHost() if place.port is not None else None
+            if getattr(address, "port", None) is None:
+                continue
+            host = address.host
+            if host in ("0.0.0.0", "::", ""):
+                host = "127.0.0.1"
+            host = f"[{host}]" if ":" in host else host
+            return f"{place.listener.scheme}://{host}:{address.port}"
+        return None
 
     def privilegedStartService(self):
         # No process of the same user may read this one's memory or
@@ -146,6 +168,8 @@ class ServeService(service.Service):
         # whatever host name claimed them (the host may have been renamed).
         node = self.config.node if self.store.shared else None
         try:
+            if self.store.shared:
+                yield end_processes_of_lost_jobs(self.store, node)
             adopted, _ = yield settle_left_running(
                 self.store, self.launcher, self.config.directory, node, self.reactor)
         except Exception:
@@ -160,6 +184,16 @@ class ServeService(service.Service):
     @defer.inlineCallbacks
     def _settle_then_start(self):
         config = self.config
+        if self.membership is not None:
+            try:
+                yield self.membership.start()
+            except NodeNameTaken as e:
+                # Another live node has the name: this one must not take
+                # its jobs for its own. Nothing has started yet.
+                self.failure = str(e)
+                log.error("{why}", why=self.failure)
+                self.reactor.stop()
+                return
         yield self._settle_left_running()
         yield self.pruner.prune_now()
         log.info("netweir-serve listening on {places} with {dir};"
@@ -187,6 +221,8 @@ class ServeService(service.Service):
         if self._settle_retry is not None and self._settle_retry.active():
             self._settle_retry.cancel()
         self.timetable.stop()
+        if self.membership is not None:
+            self.membership.stop()
         yield self.poller.stop()
         self.pruner.stop()
         running = self.launcher.running_count()
@@ -266,7 +302,10 @@ def _poll_when_a_job_may_start(poller):
 
 def _open_store(config, reactor):
     try:
-        return open_store(config.directory, reactor)
+        return open_store(config.directory, reactor, url=config.jobs_db, reactor=reactor)
+    except (StoreError, ValueError) as e:
+        # The PostgreSQL server does not answer, psycopg is missing.
+        raise DirectoryUnusable(f"cannot use --jobs-db: {getattr(e, 'message', e)}") from None
     except (sqlite3.Error, NewerSchema) as e:
         raise DirectoryUnusable(
             f"cannot use --dir {config.directory}: its job table"
@@ -322,8 +361,15 @@ def makeService(config, reactor):
                 listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, launcher, config.directory,
                                                          reactor)})
-    return ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
-                        timetable, _listening(config, reactor, root))
+    serve = ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
+                         timetable, _listening(config, reactor, root))
+    if store.shared:
+        serve.membership = NodeMembership(store, launcher, poller, timetable, reactor,
+                                          config.node, config.node_url or serve.node_url,
+                                          config.node_timeout)
+        serve.membership.subscribe(events)
+    return serve
+
 
 
 def _listening(config, reactor, root):

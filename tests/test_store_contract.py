@@ -12,6 +12,7 @@ a backend keeps its data.
 import os
 import subprocess
 import sys
+import time
 
 from twisted.internet import defer
 from twisted.internet.task import Clock, deferLater
@@ -621,6 +622,7 @@ from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 path, node, go = sys.argv[1:4]
 clock = Clock()
 store = SQLiteJobStore(path, clock)
+open(go + "." + node, "w").close()  # ready
 while not os.path.exists(go):
     time.sleep(0.001)
 while True:
@@ -656,6 +658,12 @@ class SQLiteConcurrentClaimTests(unittest.TestCase):
                                      cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
                     for node in (NODE_A, NODE_B)]
+        # Both ready (imported, table open) before either may claim, so that
+        # neither can take every job before the other starts.
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(f"{go}.{node}") for node in (NODE_A, NODE_B)):
+            self.assertLess(time.monotonic(), deadline, "the claimers did not start")
+            time.sleep(0.01)
         open(go, "w").close()
         outputs = [c.communicate(timeout=120) for c in claimers]
         for claimer, (out, err) in zip(claimers, outputs):

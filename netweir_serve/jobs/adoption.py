@@ -17,8 +17,29 @@ from .. import _proctree
 from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
 from .outcomes import outcome_of
+from .process import KILL_SIGNAL, send_signal
 
 log = Logger()
+
+
+@defer.inlineCallbacks
+def end_processes_of_lost_jobs(store, node, identify=_proctree.start_time,
+                               signal_process=send_signal):
+    """A node that comes back after the others declared it dead finds its
+    running jobs recorded lost: the processes still running for them are
+    ended (their parent kills the crawl and all it started), and nothing
+    more is recorded. Fires with the ids of the jobs whose processes went."""
+    ended = []
+    finished = (yield store.jobs())[2]
+    for record in finished:
+        if record.node != node or record.outcome != "lost" or record.pid is None:
+            continue
+        if record.proc_start is not None and identify(record.pid) == record.proc_start:
+            log.warn("job {jobid} was recorded lost while this node was away; ending its"
+                     " processes", jobid=record.id)
+            signal_process(record.pid, KILL_SIGNAL, False)
+            ended.append(record.id)
+    return ended
 
 
 @defer.inlineCallbacks

@@ -240,6 +240,34 @@ class Launcher:
         """How many jobs run here now."""
         return len(self._running)
 
+    def cancel_requested(self, jobid):
+        """Whether a cancel was asked here of the job running here."""
+        job = self._running.get(fold(jobid))
+        return job is not None and job.cancel_requested
+
+    def running_ids(self):
+        """The ids of the jobs running here."""
+        return [job.record.id for job in self._running.values()]
+
+    def drop(self, jobid):
+        """Kills a job whose end another node has already recorded (this
+        node was declared dead meanwhile): its processes go and its slot is
+        freed, and nothing more is recorded of it."""
+        job = self._running.pop(fold(jobid), None)
+        if job is None:
+            return False
+        for call in (job.stats_call, job.kill_call, job.fallback_call):
+            if call is not None and call.active():
+                call.cancel()
+        if job.watch is not None:
+            job.watch.stop()
+        self.log.warn("job {jobid}: recorded lost by another node; killing what is left of it",
+                      jobid=jobid)
+        self._signal(job.pid, KILL_SIGNAL, False)
+        self._reactor.callLater(KILL_FALLBACK_SECONDS, self._signal, job.pid, signal.SIGKILL,
+                                True)
+        return True
+
     def running_stats(self, jobid):
         job = self._running.get(fold(jobid))
         return job.stats if job else None

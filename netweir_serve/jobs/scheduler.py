@@ -51,5 +51,11 @@ class Scheduler:
             record = yield self._store.get(jobid)
         if record is None or record.state != RUNNING:
             return None
-        self._launcher.cancel(record.id, now=now)
+        if not self._launcher.cancel(record.id, now=now):
+            # It runs on another node (a shared store): ask through the
+            # table; its node does the cancelling, grace period and kill
+            # included. A cancel with a kill is asked twice, as a second
+            # cancel kills.
+            for _ in range(2 if now or record.cancel_requested else 1):
+                yield self._store.mark_cancel_requested(record.id)
         return RUNNING

@@ -144,6 +144,19 @@ class Timetable:
         yield self._update(record, last_due=record.next_due, last_job=jobid, error=None,
                            next_due=upcoming, runs_added=1)
 
+    @defer.inlineCallbacks
+    def reload(self):
+        """Reads the schedules again (another node added, changed or deleted
+        one): the timer then serves the table as it is."""
+        stored = {fold(r.name): r for r in (yield self._store.schedules())}
+        for key, record in list(self._schedules.items()):
+            if key not in stored or stored[key].seq != record.seq:
+                self._forget(record)
+        for key, record in stored.items():
+            if key not in self._firing:
+                self._remember(record)
+        self._arm()
+
     def stop(self):
         self._running = False
         if self._timer is not None and self._timer.active():

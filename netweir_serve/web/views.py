@@ -47,6 +47,9 @@ def job_entry(record, waits_for=None):
     """One job of listjobs.json; ``waits_for`` says why a pending job may
     not start yet (jobs.policies)."""
     entry = _job_entry(record)
+    if record.node is not None:
+        # The node that runs or ran it (several may share a job table).
+        entry["node"] = record.node
     if record.schedule is not None:
         entry["schedule"] = record.schedule
     if waits_for is not None:
@@ -83,7 +86,8 @@ def _job_entry(record):
 
 def stats_entry(record, running_stats):
     """The fields of jobstats.json for ``record``."""
-    stats = running_stats if record.state == RUNNING else record.stats
+    # A job running on another node: the stats that node last saved.
+    stats = (running_stats or record.stats) if record.state == RUNNING else record.stats
     return {
         "job": record.id,
         "project": record.project,

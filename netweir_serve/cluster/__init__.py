@@ -1,0 +1,1 @@
+"""Several nodes sharing one PostgreSQL job store."""

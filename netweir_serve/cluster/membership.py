@@ -1,0 +1,187 @@
+"""One node among several sharing a PostgreSQL job store.
+
+A node registers under its name and URL, writes a heartbeat every few
+seconds, and, on each beat, declares dead every node silent past the
+timeout: that node's running jobs are marked ``lost`` with their last known
+stats in the same statement, once, whichever node sees it first (the
+conservative choice: a crawl may have had effects, so it is not run
+again). Pending jobs belong to no node and are never lost.
+
+A node that finds itself declared dead (cut off from the database longer
+than the timeout) ends the processes of its jobs, whose ends are already
+recorded, and carries on: it registers again and takes new work.
+
+What other nodes change reaches this one as store notices: a job queued or
+ended elsewhere wakes the poller, a cancel asked elsewhere of a job running
+here is carried out here (with the grace period and the kill), a schedule
+changed elsewhere is read again.
+"""
+
+from twisted.internet import defer
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from ..jobs.events import CHANGED, ENDED
+from ..jobs.records import FINISHED, RUNNING, StoreError
+from ..jobs.store import notices
+
+# Heartbeats per node timeout: a node is declared dead after missing about
+# this many in a row.
+BEATS_PER_TIMEOUT = 6
+# A running job's stats reach the table at most this often.
+STATS_EVERY_SECONDS = 5.0
+
+
+class NodeMembership:
+    """This node's part in the cluster: registration, heartbeats, dead
+    nodes, and what the other nodes' notices ask of it."""
+
+    log = Logger()
+
+    def __init__(self, store, launcher, poller, timetable, clock, name, url, timeout):
+        self._store = store
+        self._launcher = launcher
+        self._poller = poller
+        self._timetable = timetable
+        self._clock = clock
+        self.name = name
+        self.url = url
+        self._timeout = timeout
+        self._beat = LoopingCall(self._heartbeat)
+        self._beat.clock = clock
+        self._stats_saved = {}
+        self._beating = None
+
+    @defer.inlineCallbacks
+    def start(self):
+        """Registers the node (fails with NodeNameTaken when a live node of
+        another URL has the name), then beats and listens."""
+        if callable(self.url):
+            self.url = self.url()
+        yield self._store.register_node(self.name, self.url, timeout=self._timeout)
+        self._store.on_notice(self._heard)
+        started = self._beat.start(max(0.5, self._timeout / BEATS_PER_TIMEOUT), now=False)
+        started.addErrback(lambda f: self.log.failure("the heartbeat loop failed", f))
+
+    def stop(self):
+        if self._beat.running:
+            self._beat.stop()
+
+    def subscribe(self, events):
+        """Saves running jobs' stats to the table as they change (the other
+        nodes show them, and a dead node's jobs keep them)."""
+        events.subscribe(self._stats_changed, kinds=(CHANGED,))
+        events.subscribe(lambda kind, record: self._stats_saved.pop(record.id, None),
+                         kinds=(ENDED,))
+
+    # -- heartbeats --------------------------------------------------------------
+
+    def _heartbeat(self):
+        if self._beating is not None:
+            return None  # the last beat still waits for the database
+        self._beating = self._beat_once()
+        self._beating.addBoth(self._beaten)
+        return None
+
+    def _beaten(self, _):
+        self._beating = None
+
+    @defer.inlineCallbacks
+    def _beat_once(self):
+        try:
+            alive = yield self._store.heartbeat(self.name)
+            if not alive:
+                yield self._declared_dead()
+            declared_at = self._clock.seconds()
+            dead = yield self._store.declare_dead(
+                self._timeout, declared_at,
+                f"its node stopped answering for {self._timeout:g} s")
+        except StoreError as e:
+            # Cut off from the database: crawls run on, nothing new is
+            # claimed (the poller's claims fail too), and the beat tries again.
+            self.log.warn("node {name}: cannot reach the job table: {why}", name=self.name,
+                          why=e.message)
+            return
+        for name in dead:
+            self.log.warn("node {dead} is silent past {s:g} s: declared dead, its running"
+                          " jobs marked lost", dead=name, s=self._timeout)
+        if dead:
+            self._poller.poll()
+            yield self._announce_lost(set(dead), declared_at)
+
+    @defer.inlineCallbacks
+    def _announce_lost(self, dead, declared_at):
+        """The running jobs of the nodes this one declared dead were ended
+        lost by that statement, at ``declared_at``: announced here, once
+        (metrics, --notify, /events), as a job settled at start is."""
+        try:
+            finished = (yield self._store.jobs())[2]
+            for listed in finished:
+                if (listed.node in dead and listed.outcome == "lost"
+                        and listed.end_time == declared_at):
+                    record = yield self._store.get(listed.id)
+                    self._launcher.settled(record or listed)
+        except StoreError as e:
+            self.log.warn("node {name}: could not read the jobs it marked lost: {why}",
+                          name=self.name, why=e.message)
+
+    @defer.inlineCallbacks
+    def _declared_dead(self):
+        """Another node declared this one dead while it was cut off: its
+        jobs are recorded lost, so their processes go, unrecorded again."""
+        self.log.warn("node {name} was declared dead while cut off from the job table:"
+                      " ending its jobs' processes (recorded lost) and carrying on",
+                      name=self.name)
+        for jobid in self._launcher.running_ids():
+            record = yield self._store.get(jobid)
+            if record is None or record.state == FINISHED:
+                self._launcher.drop(jobid)
+        yield self._store.register_node(self.name, self.url)
+
+    # -- what the others say -------------------------------------------------------
+
+    def _heard(self, notice):
+        if notice.kind == notices.CANCEL and notice.node == self.name and notice.jobid:
+            self._cancel_asked_elsewhere(notice.jobid)
+        elif notice.kind == notices.CHANGED:
+            # Heard again after the LISTEN connection dropped: a cancel asked
+            # meanwhile was not heard, so the table is asked.
+            self._cancels_missed()
+        elif notice.kind == notices.SCHEDULE:
+            reloaded = self._timetable.reload()
+            reloaded.addErrback(lambda f: self.log.failure("could not read the schedules", f))
+        if notice.kind in (notices.QUEUED, notices.ENDED, notices.NODE, notices.CHANGED):
+            self._poller.poll()
+
+    @defer.inlineCallbacks
+    def _cancels_missed(self):
+        for jobid in self._launcher.running_ids():
+            try:
+                record = yield self._store.get(jobid)
+            except StoreError:
+                return
+            if record is not None and record.cancel_requested \
+                    and not self._launcher.cancel_requested(jobid):
+                self._cancel_asked_elsewhere(jobid)
+
+    def _cancel_asked_elsewhere(self, jobid):
+        # A first request asks the crawl to stop; one more kills it, as a
+        # second cancel.json does here.
+        if not self._launcher.cancel(jobid):
+            self.log.info("job {jobid}: cancel asked elsewhere, but it does not run here",
+                          jobid=jobid)
+
+    def _stats_changed(self, kind, record):
+        if record.state != RUNNING:
+            return
+        now = self._clock.seconds()
+        if now - self._stats_saved.get(record.id, 0.0) < STATS_EVERY_SECONDS:
+            return
+        stats = self._launcher.running_stats(record.id)
+        if stats is None:
+            return
+        self._stats_saved[record.id] = now
+        saved = self._store.save_stats(record.id, stats)
+        saved.addErrback(lambda f: self.log.warn(
+            "job {jobid}: could not save its stats: {why}", jobid=record.id,
+            why=getattr(f.value, "message", f.value)))
