@@ -204,7 +204,8 @@ class Daemon:
     def job_pids(self):
         """Pids of the jobs the daemon says are running."""
         try:
-            return [e["pid"] for e in self.get("listjobs.json")[1]["running"]]
+            # A job claimed a moment ago has no pid yet.
+            return [e["pid"] for e in self.get("listjobs.json")[1]["running"] if e.get("pid")]
         except (OSError, ValueError, KeyError):
             return []
 

@@ -5,7 +5,11 @@ seconds, and, on each beat, declares dead every node silent past the
 timeout: that node's running jobs are marked ``lost`` with their last known
 stats in the same statement, once, whichever node sees it first (the
 conservative choice: a crawl may have had effects, so it is not run
-again). Pending jobs belong to no node and are never lost.
+again). Pending jobs belong to no node and are never lost. A node judges
+the others only once its own beats have reached the table for a whole
+timeout without a break: when the table itself was away (PostgreSQL
+restarted, its network down), every node missed its beats, and the first
+one back must not declare the rest dead for it.
 
 A node that finds itself declared dead (cut off from the database longer
 than the timeout) ends the processes of its jobs, whose ends are already
@@ -51,6 +55,8 @@ class NodeMembership:
         self._beat.clock = clock
         self._stats_saved = {}
         self._beating = None
+        # Since when this node's beats have reached the table without a break.
+        self._in_touch_since = None
 
     @defer.inlineCallbacks
     def start(self):
@@ -59,6 +65,7 @@ class NodeMembership:
         if callable(self.url):
             self.url = self.url()
         yield self._store.register_node(self.name, self.url, timeout=self._timeout)
+        self._in_touch_since = self._clock.seconds()
         self._store.on_notice(self._heard)
         started = self._beat.start(max(0.5, self._timeout / BEATS_PER_TIMEOUT), now=False)
         started.addErrback(lambda f: self.log.failure("the heartbeat loop failed", f))
@@ -90,15 +97,24 @@ class NodeMembership:
     def _beat_once(self):
         try:
             alive = yield self._store.heartbeat(self.name)
+            declared_at = self._clock.seconds()
+            if self._in_touch_since is None:
+                self._in_touch_since = declared_at
             if not alive:
                 yield self._declared_dead()
-            declared_at = self._clock.seconds()
+            if declared_at - self._in_touch_since < self._timeout:
+                # In touch again only lately: if the table itself was away
+                # (a restart of PostgreSQL, its network), every node missed
+                # its beats, and none is dead for it. The others are judged
+                # once they have had a whole timeout to beat again.
+                return
             dead = yield self._store.declare_dead(
                 self._timeout, declared_at,
                 f"its node stopped answering for {self._timeout:g} s")
         except StoreError as e:
             # Cut off from the database: crawls run on, nothing new is
             # claimed (the poller's claims fail too), and the beat tries again.
+            self._in_touch_since = None
             self.log.warn("node {name}: cannot reach the job table: {why}", name=self.name,
                           why=e.message)
             return

@@ -6,8 +6,10 @@ uses that class's transactions, so a change of a schedule moves the same
 version on and sends a SCHEDULE notice to the other nodes. Every node's
 timetable fires the same schedules; the job id derived from the schedule
 and its due time is what lets one of them queue the job (the others get
-DuplicateJob), and ``update_schedule`` adds to the counts in SQL, so
-counts made by several nodes at once add up.
+DuplicateJob or find it queued), and ``update_schedule`` adds to the
+counts in SQL, a firing's only when it is the first to record its due
+time (``last_due``), so each due time is counted once, however many nodes
+record it.
 """
 
 import psycopg
@@ -77,16 +79,25 @@ class PostgresScheduleTable:
         if unknown:
             return defer.fail(TypeError(
                 f"not a settable schedule field: {', '.join(sorted(unknown))}"))
-        assignments = [f"{key} = %s" for key in changes] + [
-            "runs = runs + %s", "skipped = skipped + %s"]
+        assignments = [f"{key} = %s" for key in changes]
         values = [_SETTABLE[key].to_db(value) for key, value in changes.items()]
+        if "last_due" in changes:
+            # A firing: every node's timetable records the same due time,
+            # and only the first to record it counts it.
+            assignments += [f"{count} = {count} + CASE WHEN last_due IS DISTINCT FROM %s"
+                            " THEN %s ELSE 0 END" for count in ("runs", "skipped")]
+            due = _SETTABLE["last_due"].to_db(changes["last_due"])
+            counted = (due, int(runs_added), due, int(skipped_added))
+        else:
+            assignments += ["runs = runs + %s", "skipped = skipped + %s"]
+            counted = (int(runs_added), int(skipped_added))
         # With ``seq``: only that schedule, not a new one given its name since.
         where, guard = ("key = %s", ()) if seq is None else ("key = %s AND seq = %s", (seq,))
 
         def update(tx):
             row = tx.one(f"UPDATE schedules SET {', '.join(assignments)} WHERE {where}"
                          f" RETURNING {_SELECT}",
-                         (*values, int(runs_added), int(skipped_added), fold(name), *guard))
+                         (*values, *counted, fold(name), *guard))
             if row is None:
                 return None
             tx.changed(SCHEDULE)
