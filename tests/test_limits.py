@@ -209,6 +209,72 @@ class ClockTests(TestCase):
         limit(site, self.clock)
         self.assertIs(site.protocol, Channel)
 
+    def test_pipelined_requests_wait_while_answers_wait_unsent(self):
+        protocol, transport = self.connect()
+        channel = protocol.wrappedProtocol
+        # The transport's write buffer is full: an earlier answer waits.
+        channel.pauseProducing()
+        protocol.dataReceived(REQUEST * 3)
+        self.assertEqual(transport.value().count(ANSWER), 1)
+        self.assertEqual(transport.producerState, "paused")
+        # Written out: the two that waited are answered, reading goes on.
+        channel.resumeProducing()
+        self.assertEqual(transport.value().count(ANSWER), 3)
+        self.assertEqual(transport.producerState, "producing")
+
+    def test_nothing_read_while_an_answer_in_progress_waits_unsent(self):
+        protocol, transport = self.connect()
+        protocol.dataReceived(SLOW_REQUEST)
+        [request] = self.root.pending
+        request.write(b"x" * 1000)
+        channel = protocol.wrappedProtocol
+        # HTTPChannel alone reads on while it handles a request, keeping
+        # whatever a client that doesn't read sends meanwhile.
+        channel.pauseProducing()
+        self.assertEqual(transport.producerState, "paused")
+        channel.resumeProducing()
+        self.assertEqual(transport.producerState, "paused")
+        request.finish()
+        self.assertEqual(transport.producerState, "producing")
+
+    def test_client_that_never_reads_closed_by_the_idle_timeout(self):
+        protocol, transport = self.connect()
+        channel = protocol.wrappedProtocol
+        channel.pauseProducing()
+        protocol.dataReceived(REQUEST * 3)
+        self.clock.advance(59.99)
+        self.assertOpen(transport)
+        self.clock.advance(0.01)
+        self.assertTrue(transport.disconnecting)
+
+    def test_no_delayed_call_made_per_request(self):
+        protocol, transport = self.connect()
+        made = []
+        call_later = self.clock.callLater
+        self.patch(self.clock, "callLater",
+                   lambda *a, **kw: made.append(a) or call_later(*a, **kw))
+        protocol.dataReceived(REQUEST * 50)
+        self.assertEqual(transport.value().count(ANSWER), 50)
+        self.assertEqual(made, [])
+        # The calls kept still time the client.
+        self.clock.advance(14.99)
+        self.assertOpen(transport)
+        self.clock.advance(0.01)
+        self.assertClosedInOrder(transport)
+
+    def test_idle_timeout_moved_on_by_each_request_and_gone_with_the_connection(self):
+        self.factory.deadline = 100.0
+        protocol, transport = self.connect()
+        for _ in range(3):
+            self.clock.advance(50)
+            protocol.dataReceived(REQUEST)
+        self.clock.advance(59.99)
+        self.assertOpen(transport)
+        self.clock.advance(0.01)
+        self.assertTrue(transport.disconnecting)
+        self.close(protocol)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
 
 class Client(Protocol):
     """A raw HTTP client that records every byte it receives."""

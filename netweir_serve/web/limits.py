@@ -15,6 +15,16 @@ a Unix socket count as one address. On a TLS endpoint the caps and the
 clock come before TLS: a connection over a cap is closed before any
 handshake, and the handshake is part of the time a client has.
 
+A client that sends requests without reading the answers holds little:
+while the transport holds more than its buffer's worth of answers unsent
+(64 KiB, when it pauses its producer), the connection reads nothing more
+and the next pipelined request waits, unread, until the client has taken
+the answers before it. twisted.web's HTTPChannel alone stops reading only
+between requests, so a client pipelining requests whose answers are
+written at once (every cached JSON answer) was answered on and on, each
+answer queued in memory (eight connections of that took the daemon from 39
+MB to over 1 GB).
+
 Wiring, with the reactor the service runs on::
 
     site = Site(root, reactor=reactor)
@@ -23,6 +33,7 @@ Wiring, with the reactor the service runs on::
 
 from collections import Counter
 
+from twisted.internet.interfaces import IPushProducer
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.web.http import HTTPChannel
 
@@ -35,6 +46,13 @@ class RequestClock:
     transport then, from ``output_drained()``) until the next
     ``request_received()``. When it runs out it calls ``expire(begun)``,
     ``begun`` saying whether any bytes arrived since the last whole request.
+
+    A connection keeps one delayed call, moved on by each ``start()``
+    (``DelayedCall.reset``, later, is an assignment) and ignored when it
+    fires while the clock is stopped: cancelling it and making another for
+    every request left a cancelled call per pipelined request in the
+    reactor until the end of its turn, megabytes at the connection caps.
+    ``close()`` cancels it, when the connection is gone.
     """
 
     def __init__(self, reactor, seconds, expire):
@@ -42,21 +60,31 @@ class RequestClock:
         self._seconds = seconds
         self._expire = expire
         self._call = None
+        self._running = False
         self._begun = False
         self._backlogged = False
         self._answer_queued = False
 
     def start(self):
         """Gives the client ``seconds`` from now to deliver a whole request."""
-        self.stop()
-        self._call = self._reactor.callLater(self._seconds, self._run_out)
+        self._answer_queued = False
+        self._running = True
+        if self._call is None:
+            self._call = self._reactor.callLater(self._seconds, self._run_out)
+        else:
+            self._call.reset(self._seconds)
 
     def stop(self):
-        """Stops the clock for good, or until the next ``start()``."""
+        """Stops the clock until the next ``start()``."""
         self._answer_queued = False
-        if self._call is not None and self._call.active():
+        self._running = False
+
+    def close(self):
+        """Stops the clock for good."""
+        self.stop()
+        if self._call is not None:
             self._call.cancel()
-        self._call = None
+            self._call = None
 
     def data_arrived(self):
         """Notes that the client sent bytes."""
@@ -88,7 +116,9 @@ class RequestClock:
 
     def _run_out(self):
         self._call = None
-        self._expire(self._begun)
+        if self._running:
+            self._running = False
+            self._expire(self._begun)
 
 
 class DeadlineChannel(HTTPChannel):
@@ -106,9 +136,48 @@ class DeadlineChannel(HTTPChannel):
     ``pauseProducing``/``resumeProducing`` are what the transport calls, as
     an ``IPushProducer``'s consumer, when its write buffer fills up and when
     it has written everything out.
+
+    While the transport's buffer is full the channel reads nothing, and the
+    next request waits (see the module's docstring): ``setLineMode`` is
+    where HTTPChannel goes back to reading requests after an answer, and
+    LineReceiver's ``paused`` flag is what stops it handing on the lines it
+    already read (HTTPChannel overrides the producer methods that would
+    otherwise set it).
     """
 
     request_clock = None
+    # Whether the transport paused this channel: its write buffer is full.
+    _backlogged = False
+    _idle_call = None
+
+    # HTTPChannel's idle timeout (TimeoutMixin's two methods, public), with
+    # one delayed call moved on instead of a new one for every request:
+    # HTTPChannel turns the timeout off when a request is whole and on again
+    # after its answer (see RequestClock for what the calls cost).
+
+    def setTimeout(self, period):
+        previous, self.timeOut = self.timeOut, period
+        if period is not None:
+            if self._idle_call is None:
+                self._idle_call = self.callLater(period, self._idle_out)
+            else:
+                self._idle_call.reset(period)
+        return previous
+
+    def resetTimeout(self):
+        if self.timeOut is not None and self._idle_call is not None:
+            self._idle_call.reset(self.timeOut)
+
+    def _idle_out(self):
+        self._idle_call = None
+        if self.timeOut is not None:
+            self.timeoutConnection()
+
+    def connectionLost(self, reason):
+        super().connectionLost(reason)
+        if self._idle_call is not None:
+            self._idle_call.cancel()
+            self._idle_call = None
 
     def allContentReceived(self):
         # Before handing on: the answer may be finished synchronously, and
@@ -123,14 +192,33 @@ class DeadlineChannel(HTTPChannel):
             self.request_clock.answer_finished()
         super().requestDone(request)
 
+    def setLineMode(self, extra=b""):
+        # After an answer, with the pipelined bytes kept meanwhile: while
+        # the answers wait unsent, they stay in LineReceiver's buffer.
+        if self._backlogged:
+            self.paused = True
+        return super().setLineMode(extra)
+
     def pauseProducing(self):
+        self._backlogged = True
         self.request_clock.output_backlogged()
         super().pauseProducing()
+        # HTTPChannel pauses the transport only between requests; while it
+        # handles one it reads on, buffering whatever the client sends.
+        network = IPushProducer(self.transport, None)
+        if network is not None:
+            network.pauseProducing()
 
     def resumeProducing(self):
+        self._backlogged = False
         # Before resuming: the request's producer may fill the buffer again.
         self.request_clock.output_drained()
         super().resumeProducing()
+        if self.paused:
+            # The requests that waited, now that the answers before them
+            # have left (HTTPChannel resumed reading the transport).
+            self.paused = False
+            self.dataReceived(b"")
 
 
 class LimitedConnection(ProtocolWrapper):
@@ -152,7 +240,7 @@ class LimitedConnection(ProtocolWrapper):
         super().dataReceived(data)
 
     def connectionLost(self, reason):
-        self._clock.stop()
+        self._clock.close()
         super().connectionLost(reason)
 
     def _too_slow(self, begun):
