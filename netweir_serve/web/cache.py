@@ -1,14 +1,23 @@
 """Answers built from the job table, kept until its version moves on."""
 
 
+# Answers kept per cache at most: listjobs.json keeps one per project
+# asked for, and a project is any name (one not served lists no jobs), so
+# without a bound a client asking for names in turn would fill memory
+# until the job table next changed. The oldest answer kept goes first.
+MAX_ANSWERS = 64
+
+
 class VersionCache:
-    """Keeps answers by key while the store's ``version`` is the same.
+    """Keeps answers by key while the store's ``version`` is the same, at
+    most ``max_answers`` of them.
 
     ``store_of()`` gives the store (looked up when asked, so endpoints can
     be made before the store is)."""
 
-    def __init__(self, store_of):
+    def __init__(self, store_of, max_answers=MAX_ANSWERS):
         self._store_of = store_of
+        self._max_answers = max_answers
         self._version = None
         self._answers = {}
 
@@ -25,5 +34,7 @@ class VersionCache:
 
     def _keep(self, answer, version, key):
         if version == self._version:
+            if key not in self._answers and len(self._answers) >= self._max_answers:
+                del self._answers[next(iter(self._answers))]
             self._answers[key] = answer
         return answer
