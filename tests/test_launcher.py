@@ -131,14 +131,13 @@ class LaunchingTests(unittest.TestCase):
                                     ("proxy", "http://me:secret@proxy:3128")))
         process = rig.process_of("a")
         argv = process.argv
-        # The crawl's parent, then the crawl, whose start-up step reads the
-        # settings and arguments from a private file, never a command line.
-        crawl = argv[argv.index("--") + 1:]
+        # One process: the crawl's parent, which forks the crawl; the
+        # settings and arguments are in a private file, never a command line.
         files = job_files(rig.dir, "shop", "books", "a")
-        self.assertIn(files.status, argv[:argv.index("--")])
-        self.assertEqual(crawl[:2], ["/usr/bin/python3", "-c"])
-        self.assertEqual(crawl[3], os.path.join(rig.dir, "run", "a.json"))
-        self.assertEqual(crawl[4:6], ["crawl", rig.spider_file])
+        self.assertEqual(argv[:2], ["/usr/bin/python3", "-c"])
+        self.assertEqual(argv[4:6], [files.status, os.path.join(rig.dir, "run", "a.json")])
+        crawl = argv[6:]
+        self.assertEqual(crawl[:2], ["crawl", rig.spider_file])
         self.assertIn("--spider=books", crawl)
         self.assertIn(f"--output={files.items}", crawl)
         self.assertIn(f"--stats={files.stats}", crawl)
@@ -147,7 +146,8 @@ class LaunchingTests(unittest.TestCase):
         self.assertEqual(private, [["--set=max_items=5", f"--set=checkpoint={data}",
                                     "--set=proxy=http://me:secret@proxy:3128",
                                     "-acategory=fiction"]])
-        self.assertEqual(os.stat(crawl[3]).st_mode & 0o777, 0o600)
+        private_file = argv[5]
+        self.assertEqual(os.stat(private_file).st_mode & 0o777, 0o600)
         env = process.kwargs["env"]
         self.assertNotIn("NETWEIR_SERVE_PASSWORD", env)
         self.assertNotIn("NETWEIR_SERVE_USERNAME", env)
@@ -156,7 +156,7 @@ class LaunchingTests(unittest.TestCase):
         self.assertTrue(os.path.exists(files.log))
         rig.exit("a", 0)
         # Removed at the end in case the crawl never read it.
-        self.assertFalse(os.path.exists(crawl[3]))
+        self.assertFalse(os.path.exists(private_file))
 
     def test_the_crawls_own_status_is_the_outcome(self):
         rig = Rig(self)

@@ -1,20 +1,22 @@
-"""The crawl's parent: a small process between the service and the crawl.
+"""The job's process: the crawl's parent, and the crawl forked from it.
 
-The service spawns it (``spawnProcess``, watched by a ProcessProtocol as
-ever); it makes a session of its own and becomes a child subreaper, starts
-the crawl, waits for it, ends everything the crawl left behind, and writes
-the crawl's exit status beside the job's files (``STATUS``) before it
-exits. So a job's end is known whoever is watching: a service that
-restarted meanwhile reads the status file and records the real outcome.
+The service spawns one interpreter per job (``spawnProcess``, watched by a
+ProcessProtocol as ever). It makes a session of its own and becomes a child
+subreaper, then forks: the child reads the job's settings and arguments
+from its private file and runs ``netweir`` exactly as ``python -m netweir
+crawl`` would; the parent waits for it, ends everything the crawl left
+behind (in any session: orphans come to a subreaper), and writes the
+crawl's exit status beside the job's files before it exits. So a job's end
+is known whoever is watching, and a restarted service records the real
+outcome. Forking, not starting a second interpreter, keeps that to a
+millisecond or two per job.
 
 Signals from the service: SIGTERM (a cancel) is passed to the crawl;
 SIGUSR1 (the kill after the grace period, a second cancel) kills the crawl
-and every process it started, in any session, at once. Nothing else runs
-here: the standard library, started with ``python -S -E``, costs a few
-milliseconds.
+and every process it started, in any session, at once.
 
-Run as ``python -S -E -c BOOTSTRAP PACKAGE_PARENT STATUS -- COMMAND...``
-(see launcher.crawl_parent_command).
+Run as ``python -c BOOTSTRAP PACKAGE_PARENT STATUS PRIVATE crawl ARGS...``
+(see process.crawl_command).
 """
 
 import os
@@ -26,7 +28,7 @@ from .. import _proctree
 # they cost 10 ms of every job's start.
 from .._proctree import signal
 
-# What the crawl's status says when it never ran (the command is missing).
+# The exit status of a crawl that could not even read its settings.
 CANNOT_RUN = 127
 
 
@@ -48,18 +50,30 @@ def _kill_everything(signum=None, frame=None):
     _proctree.kill_descendants()
 
 
-def _start(command):
+def _start(private_path, crawl_argv):
+    """Forks the crawl: in the child, netweir runs as ``python -m netweir``
+    would, with the settings and arguments of the private file (read, then
+    deleted) after ``crawl_argv``. Returns the child's pid."""
     pid = os.fork()
-    if pid == 0:
-        try:
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
-                signal.signal(signum, signal.SIG_DFL)
-            os.execvp(command[0], command)
-        except OSError as e:
-            os.write(2, f"netweir-serve: cannot run {command[0]}: {e}\n".encode())
-        finally:
-            os._exit(CANNOT_RUN)
-    return pid
+    if pid != 0:
+        return pid
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    import json
+    import runpy
+
+    try:
+        with open(private_path, encoding="utf-8") as f:
+            private = json.load(f)
+        os.unlink(private_path)
+    except (OSError, ValueError) as e:
+        os.write(2, f"netweir-serve: cannot read the job's settings: {e}\n".encode())
+        os._exit(CANNOT_RUN)
+    sys.argv = ["netweir"] + list(crawl_argv) + private
+    # What netweir's exit says is the crawl's exit status: SystemExit goes
+    # up to the interpreter, as it would from python -m netweir.
+    runpy.run_module("netweir", run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
 
 
 def _wait_for(pid):
@@ -107,10 +121,10 @@ def _write_status(path, status, crawl_pid):
 
 
 def main(argv):
-    status_path, separator, command = argv[0], argv[1], argv[2:]
-    if separator != "--" or not command:
-        sys.stderr.write("usage: _crawlparent STATUS -- COMMAND...\n")
+    if len(argv) < 3:
+        sys.stderr.write("usage: _crawlparent STATUS PRIVATE crawl ARGS...\n")
         return 2
+    status_path, private_path, crawl_argv = argv[0], argv[1], argv[2:]
     os.setsid()
     _proctree.become_subreaper()
     signal.signal(signal.SIGTERM, _forward)
@@ -118,7 +132,7 @@ def main(argv):
     signal.signal(signal.SIGUSR1, _kill_everything)
     # The service going away (a handover) must not end the crawl.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _Crawl.pid = _start(command)
+    _Crawl.pid = _start(private_path, crawl_argv)
     status = _wait_for(_Crawl.pid)
     _end_the_rest()
     try:

@@ -24,7 +24,7 @@ from .interfaces import ILauncher
 from .logstats import append_stats
 from .process import (
     CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
-    parent_command, private_arguments, remove_quietly, send_signal, watch_exit,
+    private_arguments, remove_quietly, send_signal, watch_exit,
     write_private_file)
 from .records import FINISHED
 
@@ -182,8 +182,7 @@ class Launcher:
         # since) must not be taken for this one's.
         remove_quietly(files.status)
         write_private_file(private, arguments)
-        crawl = crawl_command(self._python, record, files, private)
-        return parent_command(self._python, files.status, crawl), project.workdir
+        return crawl_command(self._python, record, files, private), project.workdir
 
     def _spawn(self, record, command, workdir, files):
         opened = []

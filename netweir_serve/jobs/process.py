@@ -1,13 +1,13 @@
 """A job's processes: how a crawl is started, signalled and watched.
 
-A job runs as two processes: the crawl's parent (``_crawlparent``, a few
-milliseconds of standard library in a session of its own, a child
-subreaper) and under it ``netweir crawl``, started by a short start-up
-step that reads the job's settings and arguments from a private file
-(``DIR/run/JOB.json``, mode 0600, deleted once read) and then runs
-``netweir`` exactly as ``python -m netweir crawl`` would. So no setting
-(a proxy password, an API key) is on any command line, where every user of
-the machine can read it in ``/proc/PID/cmdline``.
+A job runs as one interpreter, the crawl's parent (``_crawlparent``: a
+session of its own, a child subreaper), and under it the crawl, forked from
+it (a fork, not a second interpreter's start: a millisecond or two). The
+crawl reads the job's settings and arguments from a private file
+(``DIR/run/JOB.json``, mode 0600, deleted once read) and runs ``netweir``
+exactly as ``python -m netweir crawl`` would, so no setting (a proxy
+password, an API key) is on any command line, where every user of the
+machine can read it in ``/proc/PID/cmdline``.
 
 The service watches the parent: as its child (a ProcessProtocol) when it
 started it, or, after a restart, through a pidfd the reactor reads (a
@@ -33,27 +33,16 @@ SECRET_PREFIX = "NETWEIR_SERVE_"
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# The crawl's parent: this copy of netweir_serve importable, without the
-# job's working directory (the project's folder) on sys.path, where a
-# spider's json.py would shadow the standard library's.
-_PARENT_BOOTSTRAP = (
+# The job's process (see _crawlparent): this copy of netweir_serve is
+# importable for the parent's few lines, then taken off sys.path again, so
+# the crawl forked from it has the sys.path of ``python -m netweir``: the
+# working directory (the project's folder) first, as ``-c`` puts it.
+_BOOTSTRAP = (
     "import sys\n"
-    "del sys.path[0]\n"
     "sys.path.insert(0, sys.argv[1])\n"
     "from netweir_serve.jobs import _crawlparent\n"
+    "del sys.path[0]\n"
     "sys.exit(_crawlparent.main(sys.argv[2:]))\n"
-)
-
-# The crawl's start-up step: ``python -c`` puts the working directory first
-# on sys.path, as ``python -m`` does, then netweir runs as its __main__.
-_CRAWL_START = (
-    "import json, os, runpy, sys\n"
-    "path = sys.argv[1]\n"
-    "with open(path, encoding='utf-8') as f:\n"
-    "    private = json.load(f)\n"
-    "os.unlink(path)\n"
-    "sys.argv = ['netweir'] + sys.argv[2:] + private\n"
-    "runpy.run_module('netweir', run_name='__main__', alter_sys=True)\n"
 )
 
 # How often an adopted job's parent is looked at where there is no pidfd.
@@ -82,16 +71,11 @@ def private_arguments(record, data_dir):
 
 
 def crawl_command(python, record, files, private_path):
-    """The argv of the crawl for ``record``: what any user may see of it."""
-    return [python, "-c", _CRAWL_START, private_path, "crawl", record.spider_file,
-            f"--spider={record.spider}", f"--output={files.items}",
-            f"--stats={files.stats}"]
-
-
-def parent_command(python, status_path, crawl_argv):
-    """The argv of the crawl's parent, which runs ``crawl_argv``."""
-    return [python, "-S", "-E", "-c", _PARENT_BOOTSTRAP, _PACKAGE_PARENT, status_path,
-            "--"] + crawl_argv
+    """The argv of the job's process for ``record``: what any user may see
+    of it (no setting, no argument: those are in ``private_path``)."""
+    return [python, "-c", _BOOTSTRAP, _PACKAGE_PARENT, files.status, private_path,
+            "crawl", record.spider_file, f"--spider={record.spider}",
+            f"--output={files.items}", f"--stats={files.stats}"]
 
 
 def write_private_file(path, arguments):
