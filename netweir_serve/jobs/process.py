@@ -37,12 +37,15 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 # importable for the parent's few lines, then taken off sys.path again, so
 # the crawl forked from it has the sys.path of ``python -m netweir``: the
 # working directory (the project's folder) first, as ``-c`` puts it.
+# The parent leaves with os._exit once the status is written: nothing of
+# its own to flush, and an interpreter's teardown is milliseconds a job. The
+# crawl, forked inside main(), leaves as python -m netweir would.
 _BOOTSTRAP = (
-    "import sys\n"
+    "import os, sys\n"
     "sys.path.insert(0, sys.argv[1])\n"
     "from netweir_serve.jobs import _crawlparent\n"
     "del sys.path[0]\n"
-    "sys.exit(_crawlparent.main(sys.argv[2:]))\n"
+    "os._exit(_crawlparent.main(sys.argv[2:]))\n"
 )
 
 # How often an adopted job's parent is looked at where there is no pidfd.
