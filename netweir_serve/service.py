@@ -34,6 +34,7 @@ from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .web.api import Api
+from .web.elsewhere import Owners
 from .web.events import EventHub, Events
 from .web.guard import GuardedResource
 from .web.limits import ConnectionCaps, limit
@@ -354,7 +355,8 @@ def makeService(config, reactor):
         metrics.seed_schedules,
         lambda f: log.failure("could not read the schedules for /metrics", f))
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
-              max_per_spider=config.max_jobs_per_spider, history=history)
+              max_per_spider=config.max_jobs_per_spider, history=history,
+              owners=Owners(store, config.node, reactor) if store.shared else None)
     watching = {b"events": Events(hub),
                 b"metrics": Metrics(metrics, metrics_registry(metrics))}
     root = Root(api, config.directory, pages={**site_pages(api), **watching},

@@ -7,6 +7,7 @@ from ..jobs.policies import RunningSet
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
 from .answer import NODE_NAME, encode, ok_body, write_error
+from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .cache import VersionCache
@@ -28,7 +29,7 @@ class Api:
     """What the endpoints work with: the parts of the service they call."""
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
-                 max_per_spider=None, history=None):
+                 max_per_spider=None, history=None, owners=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -40,6 +41,9 @@ class Api:
         self.max_per_spider = max_per_spider
         # The jobs' stats over time (jobs/history.py), for jobstats.json.
         self.history = history
+        # web/elsewhere.Owners with a shared job table: the files and history
+        # of a job another node ran are asked of that node.
+        self.owners = owners
 
     def project(self, params, key="project"):
         """The served Project named by ``key``; ApiError when it is not."""
@@ -157,17 +161,36 @@ class JobStats(ApiEndpoint):
     def answer(self, params, request):
         jobid = params.name("job", "job id")
         history = (params.get("history") or "0").lower() in HISTORY_YES
-        return self.api.store.get(jobid).addCallback(self._entry, jobid, history).addErrback(
-            refused)
+        return self.api.store.get(jobid).addCallback(
+            self._entry, jobid, history, request).addErrback(refused)
 
-    def _entry(self, record, jobid, history=False):
+    def _entry(self, record, jobid, history=False, request=None):
         if record is None:
             raise ApiError(404, f"no job {jobid!r}")
         entry = stats_entry(record, self.api.launcher.running_stats(record.id))
+        owners = self.api.owners
+        if history and owners is not None and record.node not in (None, owners.node):
+            # Its history is in the --dir of the node that ran it.
+            return owners.history(record.id, request).addCallbacks(
+                lambda series: self._with_history(entry, record, series), _history_refused)
         if history:
-            entry["history"] = (read_history(self.api.history.path_of(record))
-                                if self.api.history is not None else [])
+            self._with_history(entry, record)
         return entry
+
+    def _with_history(self, entry, record, series=None):
+        if series is None:
+            series = (read_history(self.api.history.path_of(record))
+                      if self.api.history is not None else [])
+        entry["history"] = series
+        return entry
+
+
+def _history_refused(failure):
+    if failure.check(OwnerDown):
+        raise ApiError(404, failure.value.message)
+    if failure.check(OwnerAnswered):
+        raise ApiError(failure.value.code, failure.value.message)
+    return failure
 
 
 class Status(ApiEndpoint):

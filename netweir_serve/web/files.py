@@ -95,12 +95,15 @@ class JobFile(static.File):
 class JobFileTree(Resource):
     """/logs or /items: a project folder, a spider folder, then job files."""
 
-    def __init__(self, root, suffixes, content_type, lister=None):
+    def __init__(self, root, suffixes, content_type, lister=None, owners=None):
         super().__init__()
         self.root = root
         self.suffixes = suffixes
         self.content_type = content_type
         self.lister = lister
+        # web/elsewhere.Owners when the job table is shared: a job file not
+        # on this node is asked of the node that ran the job.
+        self.owners = owners
 
     def getChild(self, segment, request):
         return _Level(self, [], segment, request)
@@ -137,7 +140,11 @@ def _Level(files, parts, segment, request):
     for suffix in files.suffixes:
         if text.endswith(suffix) and is_name(text[: -len(suffix)]):
             stored = _on_disk(folder, text[: -len(suffix)] + files.suffixes[-1])
-            return JobFile(os.path.join(folder, stored), files.content_type, files.root)
+            here = JobFile(os.path.join(folder, stored), files.content_type, files.root)
+            if files.owners is not None and not os.path.lexists(here.path):
+                return files.owners.file(request, parts[0], parts[1], text[: -len(suffix)],
+                                         here)
+            return here
     if text == "" and files.lister is not None:
         return _Listing(files, parts)
     return NotFound("no such file")

@@ -20,13 +20,15 @@ class Root(Resource):
         listers = listers or {}
         for path, resource in endpoints(api).items():
             self.putChild(path, resource)
+        owners = getattr(api, "owners", None)
         logs = JobFileTree(os.path.join(directory, "logs"), (".log",), LOG_TYPE,
-                           listers.get(b"logs"))
+                           listers.get(b"logs"), owners)
         for path, resource in (log_files or {}).items():
             logs.putChild(path, resource)
         self.putChild(b"logs", logs)
         self.putChild(b"items", JobFileTree(os.path.join(directory, "items"),
-                                            (".jl", ".jsonl"), ITEMS_TYPE, listers.get(b"items")))
+                                            (".jl", ".jsonl"), ITEMS_TYPE, listers.get(b"items"),
+                                            owners))
         for path, resource in (pages or {}).items():
             self.putChild(path, resource)
 
