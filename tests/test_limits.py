@@ -17,7 +17,8 @@ from twisted.trial.unittest import SkipTest, TestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
-from netweir_serve.web.limits import ConnectionLimits, DeadlineChannel, limit
+from netweir_serve.web import limits
+from netweir_serve.web.limits import ConnectionCaps, ConnectionLimits, DeadlineChannel, limit
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 SLOW_REQUEST = b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -274,6 +275,24 @@ class ClockTests(TestCase):
         self.assertTrue(transport.disconnecting)
         self.close(protocol)
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_free_memory_given_back_when_the_last_connection_closes(self):
+        given_back = []
+        self.patch(limits, "GIVE_BACK_AFTER", 2000)
+        self.factory = limit(Site(self.root, reactor=self.clock), self.clock,
+                             caps=ConnectionCaps(give_back=lambda: given_back.append(1)))
+        first, _ = self.connect()
+        second, _ = self.connect("10.0.0.2")
+        first.dataReceived(REQUEST * 20)
+        self.close(first)
+        self.assertEqual(given_back, [])
+        self.close(second)
+        self.assertEqual(given_back, [1])
+        # Not again until as much has been written again.
+        third, _ = self.connect()
+        third.dataReceived(REQUEST)
+        self.close(third)
+        self.assertEqual(given_back, [1])
 
 
 class Client(Protocol):

@@ -37,6 +37,8 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.web.http import HTTPChannel
 
+from ..allocator import give_back_free_memory
+
 
 class RequestClock:
     """Times a client while it owes the service a request.
@@ -239,6 +241,15 @@ class LimitedConnection(ProtocolWrapper):
         self._clock.data_arrived()
         super().dataReceived(data)
 
+    def write(self, data):
+        self.factory.caps.written += len(data)
+        self.transport.write(data)
+
+    def writeSequence(self, data):
+        data = list(data)
+        self.factory.caps.written += sum(map(len, data))
+        self.transport.writeSequence(data)
+
     def connectionLost(self, reason):
         self._clock.close()
         super().connectionLost(reason)
@@ -253,15 +264,31 @@ class LimitedConnection(ProtocolWrapper):
             self._channel.loseConnection()
 
 
+# Bytes written to clients since memory was last given back (answers made
+# in the service's memory; job files go by sendfile and don't count) after
+# which it is given back when the last connection closes.
+GIVE_BACK_AFTER = 8 << 20
+
+
 class ConnectionCaps:
     """How many connections each client address and all together hold open,
     against ``per_address`` and ``total``: one of these for every endpoint
-    the service listens on."""
+    the service listens on.
 
-    def __init__(self, per_address=8, total=256):
+    It also counts the bytes written to the connections (``written``), and
+    when the last one closes after GIVE_BACK_AFTER bytes or more, calls
+    ``give_back``: by default, the C allocator gives its free memory back
+    to the system (allocator.py), which a burst of answers leaves in its
+    heap. At the moment the service falls idle, and only after enough was
+    written to matter, so a client that connects for every request doesn't
+    pay for it each time."""
+
+    def __init__(self, per_address=8, total=256, give_back=give_back_free_memory):
         self.per_address = per_address
         self.total = total
         self.open = 0
+        self.written = 0
+        self._give_back = give_back
         self._per_client = Counter()
 
     def admits(self, client):
@@ -277,6 +304,9 @@ class ConnectionCaps:
         if not self._per_client[client]:
             # Forget the address, or every client ever seen would stay.
             del self._per_client[client]
+        if not self.open and self.written >= GIVE_BACK_AFTER:
+            self.written = 0
+            self._give_back()
 
     def by_address(self):
         return dict(self._per_client)
