@@ -33,6 +33,7 @@ from .cluster.membership import NodeMembership
 from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
+from .web.answer import name_node
 from .web.api import Api
 from .web.elsewhere import Owners
 from .web.events import EventHub, Events
@@ -320,6 +321,8 @@ def makeService(config, reactor):
     service holds it, DirectoryUnusable if it or its job table cannot be
     used, before anything in it is touched."""
     lock = lock_directory(config.directory)
+    # Answers say which node answered: --node-name (the host name by default).
+    name_node(config.node)
     store = _open_store(config, reactor)
     events = JobEvents()
     launcher = Launcher(reactor, store, events, config.projects, config.directory,

@@ -13,7 +13,18 @@ import socket
 
 JSON_TYPE = b"application/json"
 
-NODE_NAME = socket.gethostname()
+# The node_name of every answer: the host name, or --node-name once
+# makeService has named the node (one service a process).
+_NODE = {"name": socket.gethostname()}
+
+
+def name_node(name):
+    """Sets the node_name answers carry (makeService, from --node-name)."""
+    _NODE["name"] = name
+
+
+def node_name():
+    return _NODE["name"]
 
 
 def encode(body):
@@ -23,12 +34,13 @@ def encode(body):
 
 def ok_body(**fields):
     """The bytes of an ``"ok"`` answer carrying ``fields``."""
-    return encode({"node_name": NODE_NAME, "status": "ok", **fields})
+    return encode({"node_name": node_name(), "status": "ok", **fields})
 
 
 def error_body(message, **fields):
     """The bytes of an ``"error"`` answer saying ``message``."""
-    return encode({"node_name": NODE_NAME, "status": "error", "message": message, **fields})
+    return encode({"node_name": node_name(), "status": "error", "message": message,
+                   **fields})
 
 
 def write_json(request, payload, code=200):

@@ -6,7 +6,7 @@ from ..jobs.history import read_history
 from ..jobs.policies import RunningSet
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
-from .answer import NODE_NAME, encode, ok_body, write_error
+from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -147,7 +147,7 @@ class ListJobs(ApiEndpoint):
         pending, running, finished = jobs
         holding = RunningSet(running)
         return encode({
-            "node_name": NODE_NAME, "status": "ok",
+            "node_name": node_name(), "status": "ok",
             "pending": [job_entry(r, holding.waits_for(r, self.api.max_per_spider))
                         for r in pending],
             "running": [job_entry(r) for r in running],

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 from twisted.internet import defer
 from twisted.logger import Logger
-from twisted.web import proxy
 from twisted.web.client import Agent, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
@@ -94,7 +93,7 @@ class Owners:
                           " https, and this node was started without TLS (give it an ssl:"
                           " --listen endpoint too)")
         request.requestHeaders.setRawHeaders(PASSED_ON, [b"1"])
-        resource = _PassedOn(place.hostname, port, request.path, connector)
+        resource = _passed_on_resource()(place.hostname, port, request.path, connector)
         resource.down = OwnerDown(record.id, record.node).message
         return resource
 
@@ -178,47 +177,62 @@ class _Connector:
         return self._reactor.connectTCP(host, port, factory, timeout=CONNECT_TIMEOUT)
 
 
-class _PassedOnClient(proxy.ProxyClient):
-    """The owner's answer goes back as it comes, no faster than the client
-    takes it (the connection to the owner is the producer of the answer:
-    a slow client pauses it, and a big file is not held in memory here); a
-    client that goes away meanwhile closes the connection to the owner."""
-
-    def connectionMade(self):
-        self.father.notifyFinish().addErrback(self._gone)
-        self.father.registerProducer(self.transport, True)
-        super().connectionMade()
-
-    def handleResponseEnd(self):
-        if not self._finished:
-            self.father.unregisterProducer()
-        super().handleResponseEnd()
-
-    def _gone(self, _):
-        self._finished = True
-        self.transport.loseConnection()
+_PROXY = {}
 
 
-class _PassedOnFactory(proxy.ProxyClientFactory):
-    protocol = _PassedOnClient
-    down = "the job's node is down"
+def _passed_on_resource():
+    """The ReverseProxyResource class, made at the first request passed on:
+    twisted.web.proxy imports the global reactor, which no module below the
+    entry points may (tests/test_layers.py), and the classes below are given
+    their connector and reactor explicitly."""
+    if "resource" in _PROXY:
+        return _PROXY["resource"]
+    from twisted.web import proxy
 
-    def clientConnectionFailed(self, connector, reason):
-        # Not listening, not reachable: it is down, whatever the table says.
-        if not self.father.finished and not getattr(self.father, "_disconnected", False):
-            self.father.write(write_error(self.father, 404, self.down))
-            self.father.finish()
+    class _PassedOnClient(proxy.ProxyClient):
+        """The owner's answer goes back as it comes, no faster than the client
+        takes it (the connection to the owner is the producer of the answer:
+        a slow client pauses it, and a big file is not held in memory here); a
+        client that goes away meanwhile closes the connection to the owner."""
+
+        def connectionMade(self):
+            self.father.notifyFinish().addErrback(self._gone)
+            self.father.registerProducer(self.transport, True)
+            super().connectionMade()
+
+        def handleResponseEnd(self):
+            if not self._finished:
+                self.father.unregisterProducer()
+            super().handleResponseEnd()
+
+        def _gone(self, _):
+            self._finished = True
+            self.transport.loseConnection()
 
 
-class _PassedOn(proxy.ReverseProxyResource):
-    isLeaf = True
-    down = None
+    class _PassedOnFactory(proxy.ProxyClientFactory):
+        protocol = _PassedOnClient
+        down = "the job's node is down"
 
-    def proxyClientFactoryClass(self, *args):
-        factory = _PassedOnFactory(*args)
-        factory.down = self.down
-        return factory
+        def clientConnectionFailed(self, connector, reason):
+            # Not listening, not reachable: it is down, whatever the table says.
+            if not self.father.finished and not getattr(self.father, "_disconnected", False):
+                self.father.write(write_error(self.father, 404, self.down))
+                self.father.finish()
 
-    def render(self, request):
-        super().render(request)
-        return NOT_DONE_YET
+
+    class _PassedOn(proxy.ReverseProxyResource):
+        isLeaf = True
+        down = None
+
+        def proxyClientFactoryClass(self, *args):
+            factory = _PassedOnFactory(*args)
+            factory.down = self.down
+            return factory
+
+        def render(self, request):
+            super().render(request)
+            return NOT_DONE_YET
+
+    _PROXY["resource"] = _PassedOn
+    return _PassedOn
