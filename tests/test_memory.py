@@ -253,3 +253,22 @@ class NeverReadingClientTests(TestCase):
         sent = self.pipeline("/", 20000, "127.0.0.4")
         self.assertSmall()
         self.assertGreater(sum(count for _, count in sent), 20000)
+
+    def test_job_file_pipelined_to_connections_that_never_read(self):
+        sent = self.pipeline("/items/p/s/j.jl", 1000, "127.0.0.3")
+        self.assertSmall()
+        self.assertEqual([count for _, count in sent], [1000] * self.connections)
+        # The first answers whole, in order, on a connection read at last.
+        sock = sent[0][0]
+        sock.setblocking(True)
+        sock.settimeout(30)
+        for _ in range(2):
+            got = bytearray()
+            while b"\r\n\r\n" not in got:
+                got += sock.recv(1)
+            head, _, got = bytes(got).partition(b"\r\n\r\n")
+            self.assertIn(b"Content-Length: %d" % len(self.file), head)
+            got = bytearray(got)
+            while len(got) < len(self.file):
+                got += sock.recv(min(1 << 20, len(self.file) - len(got)))
+            self.assertEqual(bytes(got), self.file)

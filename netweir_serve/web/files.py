@@ -1,8 +1,10 @@
 """Logs and items of jobs: /logs/P/S/JOB.log, /items/P/S/JOB.jl (or .jsonl).
 
 Every path segment must be a name, so no request can reach a file outside
-DIR. Files are served by twisted.web.static.File: streamed from disk, with
-Range and HEAD, and as much of a growing file as was written when asked.
+DIR. Files are served by twisted.web.static.File (Range, HEAD, 206/416,
+Last-Modified), as much of a growing file as was written when asked; the
+body goes from the file to the socket by ``os.sendfile`` (web/zerocopy.py),
+read through Python only on TLS or for several ranges at once.
 """
 
 import os
@@ -15,6 +17,7 @@ from twisted.web.resource import Resource
 from ..jobs.files import open_beneath
 from ..names import fold, is_name
 from .answer import write_error
+from .zerocopy import file_producer
 
 # Exact types: scrapyd-api reads a log as text only when it is text/plain.
 LOG_TYPE = "text/plain"
@@ -59,6 +62,7 @@ class JobFile(static.File):
         super().__init__(path, defaultType=content_type)
         self.root = root
         self.opened = None
+        self.size = None
 
     def render_GET(self, request):
         try:
@@ -68,9 +72,13 @@ class JobFile(static.File):
             return NotFound("no such file (the job has not written it yet,"
                             " or it was forgotten)").render(request)
         self.opened = os.fdopen(fd, "rb")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             self.opened.close()
             return NotFound("no such file").render(request)
+        # The size when asked, for every header and for the body: a file
+        # being written is sent up to here, whatever it grows to meanwhile.
+        self.size = status.st_size
         _whole_file_for_long_suffix(request, self.getFileSize())
         return super().render_GET(request)
 
@@ -83,7 +91,17 @@ class JobFile(static.File):
 
     def getFileSize(self):
         # Of the file opened, not of whatever the path names by now.
-        return os.fstat(self.opened.fileno()).st_size
+        return self.size
+
+    def makeProducer(self, request, fileForReading):
+        # static.File sets the code and headers; the body of one range or
+        # of the whole file goes by sendfile where the connection allows.
+        producer = super().makeProducer(request, fileForReading)
+        if isinstance(producer, static.SingleRangeStaticProducer):
+            return file_producer(request, fileForReading, producer.offset, producer.size)
+        if isinstance(producer, static.NoRangeStaticProducer):
+            return file_producer(request, fileForReading, 0, self.size)
+        return producer
 
     def getChild(self, path, request):
         return NotFound("no such file")
