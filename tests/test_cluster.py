@@ -514,8 +514,13 @@ class NetworkCutTests(ClusterTestCase):
         nodes = [self.node(f"n{n}", 1, jobs_db=through) for n in range(2)]
         jobs = [nodes[0].must_schedule("shop", "slow", delay="0.2") for _ in range(2)]
         self.assertEqual({self.running_on(nodes[0], j) for j in jobs}, {"n0", "n1"})
-        pids = wait_until(lambda: [self.entry(nodes[0], j)["pid"] for j in jobs if
-                                   self.entry(nodes[0], j).get("pid")], 10, "the pids")
+        def both_pids():
+            # Both jobs' pids, once both are recorded (a job claimed a
+            # moment ago has none yet): not as soon as there is one.
+            found = [self.entry(nodes[0], j).get("pid") for j in jobs]
+            return found if all(found) else None
+
+        pids = wait_until(both_pids, 10, "the pids")
         self.assertEqual(len(pids), 2)
         relay.cut()
         time.sleep(TIMEOUT + 3)
