@@ -276,6 +276,17 @@ class ClockTests(TestCase):
         self.close(protocol)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_answer_headers_reach_the_transport_as_one_piece(self):
+        protocol, transport = self.connect()
+        pieces = []
+        self.patch(transport, "write", pieces.append)
+        self.patch(transport, "writeSequence", lambda data: pieces.extend(data))
+        protocol.dataReceived(REQUEST)
+        self.assertEqual(len(pieces), 2)
+        self.assertTrue(pieces[0].startswith(b"HTTP/1.1 200 OK\r\n"))
+        self.assertTrue(pieces[0].endswith(b"\r\n\r\n"))
+        self.assertEqual(pieces[1], ANSWER)
+
     def test_free_memory_given_back_when_the_last_connection_closes(self):
         given_back = []
         self.patch(limits, "GIVE_BACK_AFTER", 2000)
