@@ -2,7 +2,7 @@
 (tests/test_cluster.py): an end recorded once, whoever records it later,
 and a schedule's due time counted once, however many nodes record it."""
 
-from twisted.internet import defer
+from twisted.internet import defer, reactor, task
 
 from netweir_serve.schedules.records import ScheduleRecord
 
@@ -19,6 +19,12 @@ class FirstEndStandsTests(StoreCase):
         yield store.add(job("one"))
         yield store.claim_next("cut", ["shop"], 1.0)
         lost = yield other.mark_lost("cut", 5.0, "its node stopped answering")
+        # The other store's change reaches this one's version by a notice:
+        # wait for it, so that only the late end could move it after.
+        for _ in range(500):
+            if store.version == other.version:
+                break
+            yield task.deferLater(reactor, 0.01, lambda: None)
         version = store.version
         late = yield store.mark_finished("one", "finished", 4.0, exit_status=0,
                                          stats={"items": 3})
