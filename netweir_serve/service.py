@@ -371,7 +371,8 @@ def makeService(config, reactor):
     if store.shared:
         serve.membership = NodeMembership(store, launcher, poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,
-                                          config.node_timeout)
+                                          config.node_timeout,
+                                          projects=config.projects.names())
         serve.membership.subscribe(events)
     return serve
 

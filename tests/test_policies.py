@@ -66,3 +66,18 @@ class ClaimTests(unittest.TestCase):
         self.assertEqual([self.claim(1), self.claim(1), self.claim(1)], ["a", "n1", None])
         self.successResultOf(self.store.mark_finished("a", "finished", 2.0))
         self.assertEqual([self.claim(2), self.claim(2), self.claim(2)], ["b", "c", None])
+
+
+class ServedTests(unittest.TestCase):
+    def test_a_job_of_a_project_no_live_node_serves_says_it_waits_for_one(self):
+        nodes = [{"name": "a", "dead": False, "projects": ["shop"]},
+                 {"name": "b", "dead": True, "projects": ["news"]}]
+        served = policies.ServedProjects.of_nodes(nodes)
+        self.assertIsNone(served.waits_for(job("1", project="Shop")))
+        self.assertEqual(served.waits_for(job("2", project="news")),
+                         "a node that serves project news: no live node has --project news")
+        alone = policies.ServedProjects(["Shop"], shared=False)
+        self.assertIsNone(alone.waits_for(job("3", project="shop")))
+        self.assertEqual(alone.waits_for(job("4", project="news")),
+                         "a service that serves project news: this one was started without"
+                         " --project news")

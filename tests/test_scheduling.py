@@ -139,3 +139,30 @@ class ScheduleCheckTests(unittest.TestCase):
         code, answer = result["answer"]
         self.assertEqual(answer["status"], "error")
         self.assertIn("too long", answer["message"])
+
+
+class UnservedProjectTests(unittest.TestCase):
+    def test_a_pending_job_of_a_project_no_longer_served_waits_and_says_why(self):
+        from twisted.internet.task import Clock
+
+        from netweir_serve.jobs.records import JobRecord
+        from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+        base = tempfile.mkdtemp(prefix="unserved-", dir=os.getcwd())
+        directory = os.path.join(base, "dir")
+        os.makedirs(directory)
+        # Queued when the service served news too; started again without it.
+        store = SQLiteJobStore(os.path.join(directory, "jobs.db"), Clock())
+        self.successResultOf(store.add(JobRecord(id="left", project="news", spider="plain",
+                                                 spider_file=os.path.join(base, "plain.py"))))
+        store.close()
+        shop = os.path.join(base, "shop")
+        _write(shop, {"plain.py": SPIDERS["plain.py"]})
+        daemon = Daemon(directory, [f"shop={shop}"]).start()
+        self.addCleanup(daemon.kill)
+        # A job of a project it serves runs (the poller went by the other).
+        ran = daemon.must_schedule("shop", "plain")
+        self.assertEqual(daemon.wait_state(ran, "finished")["outcome"], "finished")
+        state, entry = daemon.find("left")
+        self.assertEqual(state, "pending")
+        self.assertEqual(entry["waiting_for"], "a service that serves project news: this one"
+                         " was started without --project news")

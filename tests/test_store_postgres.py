@@ -347,6 +347,19 @@ class NodeTests(StoreCase):
         self.assertIs((yield store.heartbeat("nosuch")), False)
 
     @defer.inlineCallbacks
+    def test_the_projects_a_node_serves_are_kept_folded_and_replaced_at_registration(self):
+        store = yield self.open()
+        yield store.register_node("a", "http://a", projects=["Shop", "news", "shop"])
+        yield store.register_node("b", "http://b")
+        served = {n["name"]: n["projects"] for n in (yield store.nodes())}
+        self.assertEqual(served, {"a": ["news", "shop"], "b": []})
+        version = store.version
+        yield store.register_node("a", "http://a", projects=["books"])
+        self.assertGreater(store.version, version, "what a node serves changed unseen")
+        self.assertEqual([n["projects"] for n in (yield store.nodes()) if n["name"] == "a"],
+                         [["books"]])
+
+    @defer.inlineCallbacks
     def test_a_live_name_at_another_url_is_refused_and_the_same_url_welcome(self):
         store = yield self.open()
         yield store.register_node("a", "http://a:6800", timeout=30)
@@ -433,6 +446,25 @@ class MigrationTests(StoreCase):
         self.assertEqual(self.version(), POSTGRES_LATEST)
         self.assertEqual((yield again.get("kept")).state, "pending")
 
+    @defer.inlineCallbacks
+    def test_the_nodes_of_a_version_5_table_serve_nothing_until_they_register_again(self):
+        import psycopg
+        from netweir_serve.jobs.store import postgres
+        from netweir_serve.jobs.store.postgres_migrations import POSTGRES_MIGRATIONS
+        with psycopg.connect(postgres.conninfo_of(self.url), autocommit=True) as conn:
+            conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+            conn.execute("INSERT INTO schema_version (version) VALUES (5)")
+            for migration in POSTGRES_MIGRATIONS[:5]:
+                for statement in migration.statements:
+                    conn.execute(statement)
+            conn.execute("INSERT INTO nodes (name, url, heartbeat, started)"
+                         " VALUES ('old', 'http://old', now(), now())")
+        store = yield self.open()
+        self.assertEqual([(n["name"], n["projects"]) for n in (yield store.nodes())],
+                         [("old", [])])
+        yield store.register_node("old", "http://old", projects=["shop"])
+        self.assertEqual([n["projects"] for n in (yield store.nodes())], [["shop"]])
+
     def test_two_migrating_at_once_both_succeed_and_it_is_done_once(self):
         import psycopg
         from netweir_serve.jobs.store import postgres
@@ -455,7 +487,9 @@ class MigrationTests(StoreCase):
         for t in threads:
             t.join(60)
         self.assertEqual(errors, [])
-        self.assertEqual(sorted(applied, key=len), [[], [], [1, 2, 3, 4, 5]])
+        from netweir_serve.jobs.store.postgres_migrations import POSTGRES_LATEST
+        self.assertEqual(sorted(applied, key=len),
+                         [[], [], list(range(1, POSTGRES_LATEST + 1))])
 
     @defer.inlineCallbacks
     def test_a_schema_from_a_newer_netweir_serve_is_refused(self):

@@ -1,6 +1,6 @@
 """One node among several sharing a PostgreSQL job store.
 
-A node registers under its name and URL, writes a heartbeat every few
+A node registers under its name, URL and the projects it serves, writes a heartbeat every few
 seconds, and, on each beat, declares dead every node silent past the
 timeout: that node's running jobs are marked ``lost`` with their last known
 stats in the same statement, once, whichever node sees it first (the
@@ -42,7 +42,8 @@ class NodeMembership:
 
     log = Logger()
 
-    def __init__(self, store, launcher, poller, timetable, clock, name, url, timeout):
+    def __init__(self, store, launcher, poller, timetable, clock, name, url, timeout,
+                 projects=()):
         self._store = store
         self._launcher = launcher
         self._poller = poller
@@ -51,6 +52,9 @@ class NodeMembership:
         self.name = name
         self.url = url
         self._timeout = timeout
+        # The projects this node takes jobs of: the others' listings say
+        # when no live node serves a pending job's project.
+        self._projects = tuple(projects)
         self._beat = LoopingCall(self._heartbeat)
         self._beat.clock = clock
         self._stats_saved = {}
@@ -64,7 +68,8 @@ class NodeMembership:
         another URL has the name), then beats and listens."""
         if callable(self.url):
             self.url = self.url()
-        yield self._store.register_node(self.name, self.url, timeout=self._timeout)
+        yield self._store.register_node(self.name, self.url, timeout=self._timeout,
+                                        projects=self._projects)
         self._in_touch_since = self._clock.seconds()
         self._store.on_notice(self._heard)
         started = self._beat.start(max(0.5, self._timeout / BEATS_PER_TIMEOUT), now=False)
@@ -152,7 +157,7 @@ class NodeMembership:
             record = yield self._store.get(jobid)
             if record is None or record.state == FINISHED:
                 self._launcher.drop(jobid)
-        yield self._store.register_node(self.name, self.url)
+        yield self._store.register_node(self.name, self.url, projects=self._projects)
 
     # -- what the others say -------------------------------------------------------
 

@@ -123,9 +123,10 @@ class IClusterStore(Interface):
     clock, never a node's; every method returns a Deferred. Node names are
     compared exactly."""
 
-    def register_node(name, url, timeout=None):
-        """Records node ``name``, reached at ``url``, as alive and started
-        now (again, if it was known, even declared dead). With ``timeout``
+    def register_node(name, url, timeout=None, projects=()):
+        """Records node ``name``, reached at ``url`` and serving
+        ``projects`` (names), as alive and started now (again, if it was
+        known, even declared dead). With ``timeout``
         (seconds), fails with NodeNameTaken, changing nothing, when a node
         of that name at another URL was heard within it and not declared
         dead. Fires with what was known of the name before (a dict as
@@ -146,8 +147,9 @@ class IClusterStore(Interface):
 
     def nodes():
         """Every node known, by name: dicts of name, url, heartbeat and
-        started (epoch seconds), dead (bool) and age (seconds since its
-        heartbeat, by the database's clock)."""
+        started (epoch seconds), dead (bool), age (seconds since its
+        heartbeat, by the database's clock) and projects (the folded names
+        of the projects it serves, sorted)."""
 
     def mark_lost(node, end_time, reason=None):
         """Ends every job still running on ``node`` as lost at

@@ -8,6 +8,10 @@ job holds any of its locks, or while its spider already has
 ``max_per_spider`` running jobs; it holds no slot meanwhile, and the next
 job that may run takes the slot. The store's claim and the listings both
 ask this module, so what waits and what listjobs says agree.
+
+A node claims only jobs of the projects it serves (its ``--project``
+options): a job of a project no live node serves waits until one does,
+and the listings say so (``ServedProjects``).
 """
 
 from ..names import fold
@@ -75,3 +79,28 @@ class RunningSet:
                 return (f"spider {record.project}/{record.spider} has {running} running"
                         f" job(s), the most --max-jobs-per-spider allows")
         return None
+
+
+class ServedProjects:
+    """The projects some live node serves, for saying that a pending job
+    of any other waits for a node that serves it."""
+
+    def __init__(self, names, shared):
+        self._folded = frozenset(fold(name) for name in names)
+        self._shared = shared
+
+    @classmethod
+    def of_nodes(cls, nodes):
+        """From IClusterStore.nodes(): what the nodes not declared dead serve."""
+        return cls((p for node in nodes if not node["dead"] for p in node["projects"]),
+                   shared=True)
+
+    def waits_for(self, record):
+        """Why ``record`` (pending) cannot start anywhere, or None."""
+        if fold(record.project) in self._folded:
+            return None
+        if self._shared:
+            return (f"a node that serves project {record.project}: no live node has"
+                    f" --project {record.project}")
+        return (f"a service that serves project {record.project}: this one was started"
+                f" without --project {record.project}")

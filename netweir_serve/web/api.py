@@ -3,7 +3,7 @@
 from twisted.internet import defer
 
 from ..jobs.history import read_history
-from ..jobs.policies import RunningSet
+from ..jobs.policies import RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
 from .answer import encode, node_name, ok_body, write_error
@@ -44,6 +44,13 @@ class Api:
         # web/elsewhere.Owners with a shared job table: the files and history
         # of a job another node ran are asked of that node.
         self.owners = owners
+
+    def served(self):
+        """Deferred ServedProjects: this service's projects, or, on a
+        shared job table, those of every live node."""
+        if not self.store.shared:
+            return defer.succeed(ServedProjects(self.projects.names(), shared=False))
+        return self.store.nodes().addCallback(ServedProjects.of_nodes)
 
     def project(self, params, key="project"):
         """The served Project named by ``key``; ApiError when it is not."""
@@ -141,15 +148,22 @@ class ListJobs(ApiEndpoint):
         return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
 
     def _build(self, project):
-        return self.api.store.jobs(project).addCallback(self._listing)
+        # Kept per version of the table: a node registering or declared
+        # dead moves it on, so what the nodes serve is read again then.
+        return self.api.store.jobs(project).addCallback(
+            lambda jobs: self.api.served().addCallback(lambda served: self._listing(jobs, served)))
 
-    def _listing(self, jobs):
+    def _listing(self, jobs, served):
         pending, running, finished = jobs
         holding = RunningSet(running)
+
+        def waits_for(record):
+            return served.waits_for(record) or holding.waits_for(record,
+                                                                self.api.max_per_spider)
+
         return encode({
             "node_name": node_name(), "status": "ok",
-            "pending": [job_entry(r, holding.waits_for(r, self.api.max_per_spider))
-                        for r in pending],
+            "pending": [job_entry(r, waits_for(r)) for r in pending],
             "running": [job_entry(r) for r in running],
             "finished": [job_entry(r) for r in reversed(finished)],
         })

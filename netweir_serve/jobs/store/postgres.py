@@ -18,6 +18,7 @@ was made) is tried once more on a new one. Anything else fails with
 StoreError, a sentence saying why.
 """
 
+import json
 import secrets
 from dataclasses import replace
 
@@ -80,11 +81,11 @@ _INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
 _SELECT = select_list(COLUMNS)
 _SELECT_LISTED = select_list(LISTED)
 
-_NODE_FIELDS = ("name", "url", "heartbeat", "started", "dead", "age")
+_NODE_FIELDS = ("name", "url", "heartbeat", "started", "dead", "age", "projects")
 _SELECT_NODE = (
     "SELECT name, url, extract(epoch FROM heartbeat)::float8,"
     " extract(epoch FROM started)::float8, dead,"
-    " extract(epoch FROM now() - heartbeat)::float8 FROM nodes")
+    " extract(epoch FROM now() - heartbeat)::float8, projects FROM nodes")
 
 # The run policies of jobs.policies, as conditions on a pending job ``j``:
 # none of its locks held by a running job, and (when a limit is given) its
@@ -110,7 +111,9 @@ def _record(columns, row):
 
 
 def _node(row):
-    return dict(zip(_NODE_FIELDS, row))
+    node = dict(zip(_NODE_FIELDS, row))
+    node["projects"] = json.loads(node["projects"])
+    return node
 
 
 def conninfo_of(url):
@@ -575,7 +578,9 @@ class PostgresJobStore(PostgresScheduleTable):
 
     # -- IClusterStore ---------------------------------------------------------
 
-    def register_node(self, name, url, timeout=None):
+    def register_node(self, name, url, timeout=None, projects=()):
+        served = dump_json(sorted({fold(p) for p in projects}))
+
         def register(tx):
             tx.execute("SELECT pg_advisory_xact_lock(%s)", (NODE_LOCK,))
             row = tx.one(f"{_SELECT_NODE} WHERE name = %s", (name,))
@@ -584,10 +589,11 @@ class PostgresJobStore(PostgresScheduleTable):
                     and previous["age"] < timeout and previous["url"] != url):
                 raise NodeNameTaken(name, previous["url"])
             tx.execute(
-                "INSERT INTO nodes (name, url, heartbeat, dead, started)"
-                " VALUES (%s, %s, now(), false, now()) ON CONFLICT (name) DO UPDATE"
-                " SET url = excluded.url, heartbeat = now(), dead = false, started = now()",
-                (name, url))
+                "INSERT INTO nodes (name, url, heartbeat, dead, started, projects)"
+                " VALUES (%s, %s, now(), false, now(), %s) ON CONFLICT (name) DO UPDATE"
+                " SET url = excluded.url, heartbeat = now(), dead = false, started = now(),"
+                " projects = excluded.projects",
+                (name, url, served))
             tx.changed(NODE, node=name)
             return previous
 
