@@ -198,8 +198,8 @@ class ClusterTestCase(unittest.TestCase):
         self.addCleanup(kill_beneath, self.base)
         self.nodes = {}
 
-    def node(self, name, max_jobs=2, jobs_db=None, args=(), start=True):
-        daemon = Daemon(os.path.join(self.base, name), [f"shop={self.shop}"],
+    def node(self, name, max_jobs=2, jobs_db=None, args=(), start=True, projects=None):
+        daemon = Daemon(os.path.join(self.base, name), projects or [f"shop={self.shop}"],
                         ["--jobs-db", jobs_db or self.jobs_db, "--node-name", name,
                          "--node-timeout", str(TIMEOUT), "--max-jobs", str(max_jobs),
                          "--notify", self.hook.url, *args],
@@ -395,6 +395,43 @@ class NodeDeathTests(ClusterTestCase):
         ended = self.ended()
         self.assertEqual([ended[j] for j in mine], [["lost"], ["lost"]])
         self.assertEqual([ended[j] for j in waiting], [["finished"], ["finished"]])
+
+    def test_a_job_no_live_node_serves_waits_and_says_so_until_one_does(self):
+        n0 = self.node("n0", 1, projects=[f"shop={self.shop}", f"news={self.shop}"])
+        n1 = self.node("n1", 1)
+        first = n0.must_schedule("news", "slow", delay="0.2")
+        self.assertEqual(self.running_on(n1, first), "n0")
+        waiting = n0.must_schedule("news", "echo")
+        # Only n0 serves news, and its one slot is taken: a slot is awaited.
+        state, entry = n1.find(waiting)
+        self.assertEqual(state, "pending")
+        self.assertNotIn("waiting_for", entry)
+        pid = self.entry(n1, first)["pid"]
+        # The /jobs page of another node: a last column names the node.
+        _, _, page = n1.call("GET", "/jobs")
+        self.assertIn(b"<th>Outcome</th><th>Node</th></tr>", page)
+        row = page[page.index(first.encode()):]
+        row = row[:row.index(b"</tr>")]
+        self.assertTrue(row.endswith(b"<td>n0</td>\n"), row)
+
+        self.kill9(n0)
+        wait_until(lambda: n1.find(first)[0] == "finished", TIMEOUT + 8, "n0's job lost",
+                   interval=0.1)
+        for via in (n1, n1):  # the second answer comes from the listing's cache
+            state, entry = via.find(waiting)
+            self.assertEqual(state, "pending")
+            self.assertEqual(entry["waiting_for"],
+                             "a node that serves project news: no live node has --project news")
+        # A job of a project the live node serves is not held back.
+        self.assertEqual(n1.wait_state(n1.must_schedule("shop", "echo"), "finished")["node"],
+                         "n1")
+        self.assertEqual(n1.find(waiting)[0], "pending")
+
+        # n0 back: it serves news again, and takes the job.
+        n0.start()
+        wait_until(lambda: not alive(pid), 15, "the lost job's crawl to be gone")
+        entry = n1.wait_state(waiting, "finished", timeout=30)
+        self.assertEqual((entry["outcome"], entry["node"]), ("finished", "n0"))
 
     def test_a_name_held_by_a_live_node_refuses_a_second_start(self):
         self.node("n0")

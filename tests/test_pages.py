@@ -119,6 +119,8 @@ def record(state, **fields):
 class FakeStore:
     """The two reads the page makes, answered at once as the SQLite store does."""
 
+    shared = False
+
     def __init__(self, pending=(), running=(), finished=()):
         self.lists = (list(pending), list(running), list(finished))
         self.generation = 1

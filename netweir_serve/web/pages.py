@@ -174,12 +174,17 @@ def runtime(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def job_row(record, now):
+# With a shared job table, a last column says which node runs or ran each
+# job (after scrapyd's columns, as Outcome is, so ScrapydWeb reads on).
+NODE_COLUMN = "Node"
+
+
+def job_row(record, now, columns=COLUMNS):
     """The ``<tr>`` of one job; ``now`` (epoch seconds) gives a running job's
     runtime. Which cells are empty says the job's state to ScrapydWeb: no
     Start is pending; a PID is running (so finished jobs show none); a
     Finish is finished."""
-    cells = dict.fromkeys(COLUMNS, "")
+    cells = dict.fromkeys(columns, "")
     cells.update(Project=escape(record.project), Spider=escape(record.spider),
                  Job=escape(record.id))
     if record.state == RUNNING:
@@ -196,7 +201,9 @@ def job_row(record, now):
                      Finish=page_time(end), Outcome=escape(record.outcome or ""))
     if record.state in (RUNNING, FINISHED):
         cells.update(Log=link(log_url(record), "Log"), Items=link(items_url(record), "Items"))
-    tds = "".join(f"    <td>{cells[name]}</td>\n" for name in COLUMNS)
+    if NODE_COLUMN in cells and record.node is not None:
+        cells[NODE_COLUMN] = escape(record.node)
+    tds = "".join(f"    <td>{cells[name]}</td>\n" for name in columns)
     return f"<tr>\n{tds}</tr>\n"
 
 
@@ -225,11 +232,11 @@ def schedules_html(rows):
             f"</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n")
 
 
-def jobs_html(pending_rows, running_rows, finished_rows, schedule_rows=""):
+def jobs_html(pending_rows, running_rows, finished_rows, schedule_rows="", columns=COLUMNS):
     """The /jobs page from the rows of each section (markup)."""
-    head = "".join(f"<th>{name}</th>" for name in COLUMNS)
+    head = "".join(f"<th>{name}</th>" for name in columns)
     sections = "".join(
-        f'<tbody>\n<tr>\n    <th colspan="{len(COLUMNS)}">{title}</th>\n</tr>\n{rows}</tbody>\n'
+        f'<tbody>\n<tr>\n    <th colspan="{len(columns)}">{title}</th>\n</tr>\n{rows}</tbody>\n'
         for title, rows in (("Pending", pending_rows), ("Running", running_rows),
                             ("Finished", finished_rows)))
     body = (f"<h1>Jobs</h1>\n<p>{link('/', 'Go up')}</p>\n"
@@ -249,6 +256,7 @@ class Jobs(HtmlPage):
         self.timetable = timetable
         self.clock = clock
         self._cache = VersionCache(lambda: self.store)
+        self.columns = COLUMNS + (NODE_COLUMN,) if store.shared else COLUMNS
 
     def page(self, request):
         cached = self._cache.answer(None, self._build)
@@ -265,8 +273,8 @@ class Jobs(HtmlPage):
     def _rows(self, jobs):
         pending, running, finished = jobs
         now = self.clock()
-        return ("".join(job_row(r, now) for r in pending), running,
-                "".join(job_row(r, now) for r in reversed(finished)), "")
+        return ("".join(job_row(r, now, self.columns) for r in pending), running,
+                "".join(job_row(r, now, self.columns) for r in reversed(finished)), "")
 
     def _with_schedules(self, cached):
         def rows(records):
@@ -278,8 +286,8 @@ class Jobs(HtmlPage):
     def _html(self, cached):
         pending_rows, running, finished_rows, schedule_rows = cached
         now = self.clock()
-        return jobs_html(pending_rows, "".join(job_row(r, now) for r in running), finished_rows,
-                         schedule_rows)
+        return jobs_html(pending_rows, "".join(job_row(r, now, self.columns) for r in running),
+                         finished_rows, schedule_rows, self.columns)
 
 
 def site_pages(api):

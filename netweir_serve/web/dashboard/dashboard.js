@@ -13,6 +13,7 @@
   const jobs = new Map();        // id -> entry (with state)
   const series = new Map();      // id -> [{t, items, pages}]
   const schedules = new Map();   // name -> entry
+  let thisNode = null;           // the node answering (listjobs.json's node_name)
   let drawing = false;
 
   // -- helpers ----------------------------------------------------------------
@@ -91,6 +92,7 @@
   async function reload() {
     const listing = await getJSON("/listjobs.json");
     if (listing.status !== "ok") { setLive("error: " + listing.message); return; }
+    thisNode = listing.node_name;
     const seen = new Set();
     for (const state of ["pending", "running", "finished"]) {
       for (const entry of listing[state]) {
@@ -177,7 +179,10 @@
   }
 
   function jobCell(entry) {
-    return `<a href="${esc(entry.log_url)}">${esc(entry.id)}</a>`;
+    // Nodes sharing a job table: a job another node runs or ran says which.
+    const elsewhere = entry.node && thisNode !== null && entry.node !== thisNode
+      ? ` <span class="node">on ${esc(entry.node)}</span>` : "";
+    return `<a href="${esc(entry.log_url)}">${esc(entry.id)}</a>${elsewhere}`;
   }
 
   function spiderCell(entry) {
