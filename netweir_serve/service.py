@@ -330,7 +330,10 @@ def makeService(config, reactor):
                         stats_interval=config.stats_interval)
     poller = Poller(store, launcher, reactor, config.node, config.projects.names(),
                     interval=config.poll_interval, max_per_spider=config.max_jobs_per_spider)
-    pruner = Pruner(store, config.directory, config.keep, reactor)
+    # --keep is each node's own on a shared table: a node can delete the
+    # files of the jobs it ran only.
+    pruner = Pruner(store, config.directory, config.keep, reactor,
+                    node=config.node if store.shared else None)
     # A queued job may start now; an ended one frees a slot and may take
     # the table past --keep.
     events.subscribe(_poll_when_a_job_may_start(poller), kinds=(QUEUED, ENDED, CHANGED))

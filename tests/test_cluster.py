@@ -10,6 +10,7 @@ the other tests and stays up.
 """
 
 import collections
+import itertools
 import json
 import os
 import re
@@ -270,6 +271,41 @@ class SharedQueueTests(ClusterTestCase):
         # Every node answers for the whole cluster.
         for node in nodes:
             self.assertEqual(node.get("daemonstatus.json")[1]["finished"], 60)
+
+    def test_each_node_keeps_its_own_finished_jobs_and_deletes_their_files(self):
+        # n0 serves shop only, n1 news only: each job runs on a known node.
+        nodes = [self.node(name, 1, args=["--keep", "1"], projects=[f"{project}={self.shop}"])
+                 for name, project in (("n0", "shop"), ("n1", "news"))]
+        jobs = [nodes[i % 2].must_schedule(("shop", "news")[i % 2], "echo") for i in range(6)]
+        wait_until(lambda: len(self.ended()) >= 6, 60, "the six ends announced")
+        ran_on = {}
+        for _, body in list(self.hook.received):
+            sent = json.loads(body)
+            if sent["event"] == "job.ended":
+                ran_on[sent["job"]["id"]] = sent["job"]["node"]
+        self.assertEqual(ran_on, {jobid: ("n0", "n1")[i % 2] for i, jobid in enumerate(jobs)})
+
+        def kept():
+            return {e["id"]: e["node"] for e in nodes[0].get("listjobs.json")[1]["finished"]}
+
+        # Each node that ran jobs keeps its newest one: --keep is per node.
+        wait_until(lambda: len(kept()) == 2, 30, "each node to forget its older jobs")
+        self.assertEqual(kept(), {jobs[4]: "n0", jobs[5]: "n1"})
+
+        def files(name):
+            found = set()
+            for kind, project in itertools.product(("items", "logs"), ("shop", "news")):
+                folder = os.path.join(self.base, name, kind, project, "echo")
+                if os.path.isdir(folder):
+                    found.update(f.split(".")[0] for f in os.listdir(folder))
+            return found
+
+        # A forgotten job's files are gone from the node that ran it; the
+        # kept ones' are where they ran.
+        wait_until(lambda: all(files(n) <= set(kept()) for n in ("n0", "n1")), 10,
+                   "the forgotten jobs' files to be deleted")
+        for jobid, name in kept().items():
+            self.assertEqual(files(name) & {jobid}, {jobid})
 
     def test_a_busy_node_hands_over_and_any_node_cancels_and_serves_files(self):
         n0 = self.node("n0", 1)

@@ -549,6 +549,22 @@ class JobStoreContract:
         yield self.store.add(record("J0"))
 
     @defer.inlineCallbacks
+    def test_pruning_for_a_node_counts_its_own_and_those_no_node_ran(self):
+        yield self.add_all(*(record(f"j{i}") for i in range(6)))
+        for i, node in enumerate((NODE_A, NODE_B, NODE_A, NODE_B, NODE_A)):
+            yield self.finish(f"j{i}", 10.0 + i, node=node)
+        yield self.store.cancel_pending("j5", 20.0)  # ran nowhere: no node
+        gone = yield self.store.prune(2, node=NODE_A)
+        # NODE_A's window, newest first: j5 (no node), j4; j2 and j0 go.
+        self.assertEqual(sorted(ids(gone)), ["j0", "j2"])
+        self.assertEqual((yield self.store.prune(2, node=NODE_A)), [])
+        # NODE_B's own window: j5, j3; j1 goes. Nobody else's is touched.
+        self.assertEqual(ids((yield self.store.prune(2, node=NODE_B))), ["j1"])
+        self.assertEqual(sorted(ids((yield self.store.jobs())[2])), ["j3", "j4", "j5"])
+        # Without a node, every finished job counts.
+        self.assertEqual(sorted(ids((yield self.store.prune(1)))), ["j3", "j4"])
+
+    @defer.inlineCallbacks
     def test_keep_zero_forgets_every_finished_job_and_nothing_else(self):
         yield self.add_all(record("a"), record("b"), record("c"), record("d"))
         yield self.finish("a", 1.0)

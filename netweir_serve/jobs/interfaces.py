@@ -84,8 +84,11 @@ class IJobStore(Interface):
         nodes are left alone; ``node`` None means every node's (a table no
         other service shares). Fires with the ended records."""
 
-    def prune(keep):
-        """Forgets the oldest finished jobs past ``keep``; fires with their records."""
+    def prune(keep, node=None):
+        """Forgets the oldest finished jobs past ``keep``; fires with their
+        records. With ``node``, only that node's finished jobs and those no
+        node ran are counted and forgotten (each node of a shared table
+        keeps its own, and deletes their files from its --dir)."""
 
     def close():
         """Closes the table: writes still waiting (for a lock) fail with

@@ -11,12 +11,17 @@ class Pruner:
     files, on a timer of its own: ``request`` may be called from anywhere
     (a job's end, a request handler) and never deletes files in its
     caller's call stack; requests made before it runs make one pruning.
-    Once stopped it prunes no more: later requests are ignored."""
+    Once stopped it prunes no more: later requests are ignored.
+
+    With ``node`` (a shared job table), it forgets only that node's jobs
+    (and those no node ran): their files are in this node's ``directory``,
+    and no other node could delete them."""
 
     log = Logger()
 
-    def __init__(self, store, directory, keep, clock):
+    def __init__(self, store, directory, keep, clock, node=None):
         self._store = store
+        self._node = node
         self._directory = directory
         self._keep = keep
         self._clock = clock
@@ -36,7 +41,7 @@ class Pruner:
         once, having done nothing, once stopped)."""
         if self._stopped:
             return defer.succeed(None)
-        pruned = self._store.prune(self._keep)
+        pruned = self._store.prune(self._keep, node=self._node)
         return pruned.addCallbacks(self._delete_files, self._failed)
 
     def _delete_files(self, records):

@@ -96,6 +96,10 @@ _MAY_RUN = (
     " WHERE r.state = 'running' AND r.project_key = j.project_key"
     " AND r.spider = j.spider) < %(max)s::integer)")
 
+# The finished jobs one node's --keep counts: its own and those no node
+# ran (cancelled while pending: they have no files), or all of them.
+_PRUNED = "(%(node)s::text IS NULL OR node = %(node)s OR node IS NULL)"
+
 _CLAIM = (
     "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
     " WHERE state = 'pending' AND seq = ("
@@ -554,12 +558,15 @@ class PostgresJobStore(PostgresScheduleTable):
 
         return self.running(node).addCallback(end)
 
-    def prune(self, keep):
+    def prune(self, keep, node=None):
+        whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
+
         def forget(tx):
             old = [_record(LISTED, row) for row in tx.all(
-                f"DELETE FROM jobs WHERE state = %s AND seq NOT IN"
-                " (SELECT seq FROM jobs WHERE state = %s ORDER BY end_time DESC, seq DESC"
-                f" LIMIT %s) RETURNING {_SELECT_LISTED}", (FINISHED, FINISHED, int(keep)))]
+                f"DELETE FROM jobs WHERE state = %(finished)s AND {_PRUNED} AND seq NOT IN"
+                f" (SELECT seq FROM jobs WHERE state = %(finished)s AND {_PRUNED}"
+                " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
+                f" RETURNING {_SELECT_LISTED}", whose)]
             if old:
                 tx.changed(CHANGED)
             return old

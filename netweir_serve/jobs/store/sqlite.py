@@ -58,6 +58,10 @@ COLUMNS = (
 )
 # Listings never show stats, the one large column: they neither read nor decode it.
 LISTED = tuple(c for c in COLUMNS if c.name != "stats")
+
+# The finished jobs --keep counts: all of them, or (given a node) that
+# node's own and those no node ran, as the PostgreSQL store counts them.
+_PRUNED = "(:node IS NULL OR node = :node OR node IS NULL)"
 _INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
 
 
@@ -373,12 +377,14 @@ class SQLiteJobStore(ScheduleTable):
 
         return self._write(lost)
 
-    def prune(self, keep):
+    def prune(self, keep, node=None):
+        whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
         # Called after every job ends: the count, from the index, spares a
         # sort of the whole finished list (and a write) when nothing is to go.
         try:
             finished = self._db.execute(
-                "SELECT COUNT(*) FROM jobs WHERE state = ?", (FINISHED,)).fetchone()[0]
+                f"SELECT COUNT(*) FROM jobs WHERE state = :finished AND {_PRUNED}",
+                whose).fetchone()[0]
         except sqlite3.Error as e:
             return defer.fail(StoreError(f"the job table could not be read: {e}"))
         if finished <= keep:
@@ -386,9 +392,9 @@ class SQLiteJobStore(ScheduleTable):
 
         def forget(db):
             old = [_record(LISTED, row) for row in db.execute(
-                f"SELECT {_select(LISTED)} FROM jobs WHERE state = ? AND seq NOT IN"
-                " (SELECT seq FROM jobs WHERE state = ? ORDER BY end_time DESC, seq DESC"
-                " LIMIT ?)", (FINISHED, FINISHED, int(keep)))]
+                f"SELECT {_select(LISTED)} FROM jobs WHERE state = :finished AND {_PRUNED}"
+                " AND seq NOT IN (SELECT seq FROM jobs WHERE state = :finished"
+                f" AND {_PRUNED} ORDER BY end_time DESC, seq DESC LIMIT :keep)", whose)]
             db.executemany("DELETE FROM jobs WHERE seq = ?", [(r.seq,) for r in old])
             return old
 
