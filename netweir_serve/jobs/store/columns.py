@@ -52,3 +52,14 @@ def select_list(columns):
 def record_of(kind, columns, row):
     """A ``kind`` record from ``row``, read as ``columns``."""
     return kind(**{c.name: c.from_db(value) for c, value in zip(columns, row)})
+
+
+def set_clauses(settable, changes, placeholder):
+    """The ``column = placeholder`` clauses of an UPDATE and their values,
+    for ``changes`` (field name: value) of the Columns ``settable`` (by
+    name). Raises TypeError naming the fields that are not settable."""
+    unknown = set(changes) - set(settable)
+    if unknown:
+        raise TypeError(f"not a settable field: {', '.join(sorted(unknown))}")
+    return ([f"{key} = {placeholder}" for key in changes],
+            [settable[key].to_db(value) for key, value in changes.items()])

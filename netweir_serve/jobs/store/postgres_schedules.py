@@ -17,7 +17,7 @@ from twisted.internet import defer
 
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
-from .columns import Column, record_of, select_list
+from .columns import Column, record_of, select_list, set_clauses
 from .notices import SCHEDULE
 from .sqlite_schedules import _COLUMNS as SQLITE_COLUMNS
 
@@ -75,12 +75,10 @@ class PostgresScheduleTable:
         return self._read(listing)
 
     def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
-        unknown = set(changes) - set(_SETTABLE)
-        if unknown:
-            return defer.fail(TypeError(
-                f"not a settable schedule field: {', '.join(sorted(unknown))}"))
-        assignments = [f"{key} = %s" for key in changes]
-        values = [_SETTABLE[key].to_db(value) for key, value in changes.items()]
+        try:
+            assignments, values = set_clauses(_SETTABLE, changes, "%s")
+        except TypeError as e:
+            return defer.fail(e)
         if "last_due" in changes:
             # A firing: every node's timetable records the same due time,
             # and only the first to record it counts it.

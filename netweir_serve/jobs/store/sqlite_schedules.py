@@ -10,7 +10,7 @@ from twisted.internet import defer
 
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
-from .columns import Column, dump_pairs, load_pairs, record_of, select_list
+from .columns import Column, dump_pairs, load_pairs, record_of, select_list, set_clauses
 
 
 _COLUMNS = (
@@ -71,13 +71,11 @@ class ScheduleTable:
         return self._read(listing)
 
     def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
-        unknown = set(changes) - set(_SETTABLE)
-        if unknown:
-            return defer.fail(TypeError(
-                f"not a settable schedule field: {', '.join(sorted(unknown))}"))
-        assignments = [f"{key} = ?" for key in changes] + [
-            "runs = runs + ?", "skipped = skipped + ?"]
-        values = [_SETTABLE[key].to_db(value) for key, value in changes.items()]
+        try:
+            assignments, values = set_clauses(_SETTABLE, changes, "?")
+        except TypeError as e:
+            return defer.fail(e)
+        assignments += ["runs = runs + ?", "skipped = skipped + ?"]
         # With ``seq``: only that schedule, not a new one given its name since.
         where, guard = ("key = ?", ()) if seq is None else ("key = ? AND seq = ?", (seq,))
 
