@@ -58,6 +58,9 @@ COLUMNS = (
 )
 # Listings never show stats, the one large column: they neither read nor decode it.
 LISTED = tuple(c for c in COLUMNS if c.name != "stats")
+# What the run policies ask of a pending job (jobs.policies), for a claim.
+_LEADER = tuple(c for c in COLUMNS
+                if c.name in ("seq", "id", "project", "spider", "spider_file", "locks"))
 
 # The finished jobs --keep counts: all of them, or (given a node) that
 # node's own and those no node ran, as the PostgreSQL store counts them.
@@ -254,14 +257,18 @@ class SQLiteJobStore(ScheduleTable):
             # and the update.
             running = RunningSet(_record(LISTED, row) for row in db.execute(
                 f"SELECT {_select(LISTED)} FROM jobs WHERE state = ?", (RUNNING,)))
-            candidates = db.execute(
-                f"SELECT {_select(LISTED)} FROM jobs WHERE state = ? AND project_key IN ({marks})"
-                " ORDER BY priority DESC, seq", (PENDING, *keys))
-            try:
-                chosen = next((record for record in (_record(LISTED, row) for row in candidates)
-                               if running.waits_for(record, max_per_spider) is None), None)
-            finally:
-                candidates.close()
+            # Whether a job may run depends on its spider and locks alone,
+            # so only the first of each (project, spider, locks) in queue
+            # order is asked: a backlog held back by one lock or one
+            # spider's limit costs one candidate, not a record per job.
+            leaders = db.execute(
+                f"SELECT {_select(_LEADER)} FROM (SELECT {_select(_LEADER)}, priority,"
+                " row_number() OVER (PARTITION BY project_key, spider, locks"
+                "  ORDER BY priority DESC, seq) AS place"
+                f" FROM jobs WHERE state = ? AND project_key IN ({marks}))"
+                " WHERE place = 1 ORDER BY priority DESC, seq", (PENDING, *keys))
+            chosen = next((leader for leader in (_record(_LEADER, row) for row in leaders)
+                           if running.waits_for(leader, max_per_spider) is None), None)
             if chosen is None:
                 return None
             db.execute("UPDATE jobs SET state = ?, node = ?, start_time = ? WHERE seq = ?",
