@@ -29,6 +29,15 @@ class LockTests(unittest.TestCase):
         # One directory, whichever setting names it.
         self.assertEqual(policies.path_locks("shop", data, [("cache", "books")]), a)
 
+    def test_two_names_of_one_directory_through_a_symlink_are_one_lock(self):
+        data = os.path.abspath(self.mktemp())
+        os.makedirs(os.path.join(data, "books"))
+        os.symlink("books", os.path.join(data, "alias"))
+        self.assertEqual(policies.path_locks("shop", data, [("checkpoint", "alias")]),
+                         policies.path_locks("shop", data, [("checkpoint", "books")]))
+        self.assertNotEqual(policies.path_locks("shop", data, [("checkpoint", "other")]),
+                            policies.path_locks("shop", data, [("checkpoint", "books")]))
+
     def test_why_a_job_waits(self):
         data = os.path.abspath(self.mktemp())
         lock = policies.path_locks("shop", data, [("cache", "c")])

@@ -14,6 +14,8 @@ options): a job of a project no live node serves waits until one does,
 and the listings say so (``ServedProjects``).
 """
 
+import os
+
 from ..names import fold
 from . import datapaths
 
@@ -33,7 +35,9 @@ def path_locks(project, data_dir, settings):
     locks = []
     for key, value in settings:
         if key in EXCLUSIVE_SETTINGS and value is not None and not datapaths.means_none(value):
-            path = datapaths.resolve(data_dir, key, value)
+            # Through symlinks (datapaths keeps them inside data_dir): two
+            # names of one directory are one lock.
+            path = os.path.realpath(datapaths.resolve(data_dir, key, value))
             locks.append(f"{_PATH}:{fold(project)}:{path}")
     return tuple(sorted(set(locks)))
 
