@@ -14,9 +14,14 @@ the docs show.
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
+from twisted.internet.task import Clock
 from twisted.trial import unittest
+
+from netweir_serve.jobs.records import JobRecord
+from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 
 from .processes import ROOT
 from .test_jobs import CrawlTestCase
@@ -91,7 +96,15 @@ class DashboardMarkupTests(CrawlTestCase):
 class BrowserTests(CrawlTestCase):
     def test_a_running_job_appears_live_and_is_cancelled_with_its_button(self):
         sync_playwright, executable = browser_or_skip(self)
-        daemon = self.daemon("--max-jobs", "2")
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        # A job another node ran (here: this service under an older name).
+        store = SQLiteJobStore(os.path.join(directory, "jobs.db"), Clock())
+        store.add(JobRecord(id="books-0800", project="shop", spider="books",
+                            spider_file=os.path.join(self.shop, "books.py")))
+        store.claim_next("crawl9", ["shop"], time.time() - 60)
+        store.mark_finished("books-0800", "finished", time.time() - 30, exit_status=0)
+        store.close()
+        daemon = self.daemon("--max-jobs", "2", directory=directory)
         done = daemon.must_schedule("shop", "books", jobid="books-0900")
         daemon.wait_state(done, "finished")
         daemon.post("addschedule.json", {"project": "shop", "spider": "books",
@@ -124,6 +137,10 @@ class BrowserTests(CrawlTestCase):
         row.locator("svg polyline, svg circle").first.wait_for(timeout=30000)
         page.locator(f'#finished tr[data-job="{done}"] svg').wait_for(timeout=10000)
         page.locator('#schedules tr[data-schedule="nightly"]').wait_for(timeout=10000)
+        # A job of another node says which; this node's own say nothing.
+        self.assertEqual(page.locator('#finished tr[data-job="books-0800"] span.node')
+                         .inner_text(), "on crawl9")
+        self.assertEqual(page.locator(f'#finished tr[data-job="{done}"] span.node').count(), 0)
         time.sleep(6)  # a second snapshot, so the chart has a line
         shot = os.path.join(self.base, "dashboard.png")
         page.screenshot(path=shot, full_page=False)
