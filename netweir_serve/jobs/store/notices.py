@@ -23,9 +23,10 @@ ENDED = "ended"            # a job ended (finished, failed, cancelled or lost)
 STATS = "stats"            # a running job's stats were saved
 SCHEDULE = "schedule"      # a recurring schedule was added, changed or deleted
 NODE = "node"              # a node registered, or was declared dead
-CHANGED = "changed"        # anything: re-read (jobs pruned; the LISTEN connection came back)
+PRUNED = "pruned"          # finished jobs were forgotten (past --keep)
+CHANGED = "changed"        # anything: re-read (the LISTEN connection came back)
 
-KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, CHANGED)
+KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, PRUNED, CHANGED)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from ..records import (
     FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
 from .columns import Column, dump_json, record_of, select_list
 from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
+from .notices import PRUNED
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
@@ -568,7 +569,7 @@ class PostgresJobStore(PostgresScheduleTable):
                 " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
                 f" RETURNING {_SELECT_LISTED}", whose)]
             if old:
-                tx.changed(CHANGED)
+                tx.changed(PRUNED)
             return old
 
         return self._write(forget)
