@@ -467,3 +467,71 @@ class DuplicateGuardTests(unittest.TestCase):
                            spider_file="/p.py")
         self.successResultOf(store.add(record))
         self.failureResultOf(store.add(record), DuplicateJob)
+
+
+class ElsewhereTests(unittest.TestCase):
+    """Two timetables on one SQLite table, as two nodes on one shared
+    table: what ``reload`` finds another one changed."""
+
+    def setUp(self):
+        self.rig = Rig(self, start=1_000_000.0)
+        self.rig.start()
+        self.heard = []
+        self.here = Timetable(self.rig.store, FakeSubmitter(self.rig.store, self.rig.clock),
+                              self.rig.clock, on_change_elsewhere=self.heard.append)
+        self.successResultOf(self.here.start())
+
+    def reload(self):
+        self.successResultOf(self.here.reload())
+        found = [(r.name, r.paused, self.here.has(r.name)) for r in self.heard]
+        del self.heard[:]
+        return found
+
+    def test_what_another_node_added_paused_deleted_or_replaced_is_heard_once(self):
+        self.assertEqual(self.reload(), [])
+        self.rig.add(name="a", every="1h")
+        self.rig.add(name="b", every="1h")
+        self.assertEqual(self.reload(), [("a", False, True), ("b", False, True)])
+        self.assertEqual(self.reload(), [])
+        self.successResultOf(self.rig.timetable.pause("shop", "a"))
+        self.assertEqual(self.reload(), [("a", True, True)])
+        self.successResultOf(self.rig.timetable.delete("shop", "b"))
+        self.assertEqual(self.reload(), [("b", False, False)])
+        self.successResultOf(self.rig.timetable.delete("shop", "a"))
+        self.rig.add(name="a", every="2h")
+        self.assertEqual(self.reload(), [("a", False, True)])
+        self.assertEqual(self.here.next_wake(), self.rig.schedule("a").next_due)
+
+    def test_reloads_asked_while_one_reads_make_one_more_read(self):
+        store = self.rig.store
+        schedules = store.schedules
+        reads = []
+
+        def held(project=None):
+            reads.append(defer.Deferred())
+            return reads[-1].addCallback(lambda _: schedules(project))
+
+        self.patch(store, "schedules", held)
+        first = self.here.reload()
+        self.rig.add(name="a", every="1h")
+        later = [self.here.reload() for _ in range(5)]
+        self.assertEqual(len(reads), 1)
+        reads[0].callback(None)
+        # The first is done; the five after it wait for the one read more.
+        self.assertIsNone(self.successResultOf(first))
+        self.assertEqual([d.called for d in later], [False] * 5)
+        self.assertEqual(len(reads), 2)
+        self.rig.add(name="b", every="1h")
+        reads[1].callback(None)
+        self.assertEqual([self.successResultOf(d) for d in later], [None] * 5)
+        self.assertEqual(len(reads), 2)
+        self.assertEqual(sorted(r.name for r in self.heard), ["a", "b"])
+
+    def test_a_failed_read_fails_its_waiters_and_the_next_reload_reads(self):
+        store = self.rig.store
+        schedules = store.schedules
+        self.patch(store, "schedules", lambda project=None: defer.fail(StoreError("gone")))
+        self.failureResultOf(self.here.reload(), StoreError)
+        self.patch(store, "schedules", schedules)
+        self.rig.add(name="a", every="1h")
+        self.assertEqual(self.reload(), [("a", False, True)])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ..jobs import policies
 from ..jobs.records import DuplicateJob, Refusal
@@ -76,16 +77,23 @@ class Timetable:
     ``local_zone`` the zone a schedule added without ``tz`` runs in (the
     service's local zone, read once with the options). ``on_change(record)`` is called
     after a schedule is added, changed by a firing, paused, resumed or
-    deleted (for the dashboard's events)."""
+    deleted here (for the dashboard's events and the metrics);
+    ``on_change_elsewhere(record)`` after ``reload`` found one another node
+    added, changed or deleted (for the dashboard's events)."""
 
     log = Logger()
 
-    def __init__(self, store, submitter, clock, local_zone="UTC", on_change=None):
+    def __init__(self, store, submitter, clock, local_zone="UTC", on_change=None,
+                 on_change_elsewhere=None):
         self._store = store
         self._submitter = submitter
         self._clock = clock
         self._local_zone = local_zone
         self._on_change = on_change or (lambda record: None)
+        self._on_change_elsewhere = on_change_elsewhere or (lambda record: None)
+        # The waiters of the reload under way, and of the one to follow it.
+        self._reloading = None
+        self._reload_after = []
         self._schedules = {}
         self._rules = {}
         # {schedule key: the Deferred of its firing under way}
@@ -144,18 +152,54 @@ class Timetable:
         yield self._update(record, last_due=record.next_due, last_job=jobid, error=None,
                            next_due=upcoming, runs_added=1)
 
-    @defer.inlineCallbacks
     def reload(self):
         """Reads the schedules again (another node added, changed or deleted
-        one): the timer then serves the table as it is."""
+        one): the timer then serves the table as it is, and
+        ``on_change_elsewhere`` hears of each schedule found added, changed
+        or deleted. Coalesced: calls while a read is under way make one
+        more read once it is done, not one each (reads answered out of
+        order would leave an older table in place). Fires once a read
+        begun after the call is done."""
+        done = defer.Deferred()
+        if self._reloading is None:
+            self._reloading = [done]
+            self._reload_now()
+        else:
+            self._reload_after.append(done)
+        return done
+
+    def _reload_now(self):
+        self._read_again().addBoth(self._reloaded)
+
+    def _reloaded(self, result):
+        waiters, self._reloading = self._reloading, None
+        if self._reload_after:
+            self._reloading, self._reload_after = self._reload_after, []
+            self._reload_now()
+        for waiter in waiters:
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(None)
+
+    @defer.inlineCallbacks
+    def _read_again(self):
         stored = {fold(r.name): r for r in (yield self._store.schedules())}
+        changed = []
         for key, record in list(self._schedules.items()):
             if key not in stored or stored[key].seq != record.seq:
                 self._forget(record)
+                if key not in stored:
+                    changed.append(record)
         for key, record in stored.items():
+            # One firing here says itself what it changed, once it is done.
             if key not in self._firing:
+                if self._schedules.get(key) != record:
+                    changed.append(record)
                 self._remember(record)
         self._arm()
+        for record in changed:
+            self._on_change_elsewhere(record)
 
     def stop(self):
         self._running = False
