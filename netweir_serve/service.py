@@ -349,13 +349,17 @@ def makeService(config, reactor):
     history.subscribe(events)
     hub = EventHub(reactor, launcher.running_stats)
     hub.subscribe(events)
+    if store.shared:
+        # The other nodes' jobs too, from the store's notices.
+        hub.hear_cluster(store, config.node)
     metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams)
     metrics.subscribe(events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
              secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)
     timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
                           on_change=lambda r: (hub.schedule_changed(r),
-                                               metrics.schedule_changed(r)))
+                                               metrics.schedule_changed(r)),
+                          on_change_elsewhere=hub.schedule_changed)
     hub.show_schedules(timetable)
     timetable.schedules().addCallbacks(
         metrics.seed_schedules,

@@ -15,7 +15,9 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from netweir_serve.jobs.events import CHANGED, ENDED, QUEUED, STARTED, JobEvents
-from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord
+from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord, StoreError
+from netweir_serve.jobs.store import notices
+from netweir_serve.jobs.store.notices import StoreNotice
 from netweir_serve.web.events import KEEPALIVE, EventHub, Events
 from netweir_serve.web.guard import GuardedResource
 from netweir_serve.web.limits import limit
@@ -152,6 +154,193 @@ class HubTests(unittest.TestCase):
         self.assertEqual(len(other.events()), 5)
 
 
+class HeldStore:
+    """The parts of a shared store the hub uses: ``get`` answers only when
+    the test says (``answer``), with the record the table then holds."""
+
+    def __init__(self):
+        self.records = {}
+        self.reads = []          # [(jobid, Deferred)], in the order asked
+        self.heard = []
+
+    def on_notice(self, callback):
+        self.heard.append(callback)
+        return lambda: self.heard.remove(callback)
+
+    def tell(self, kind, jobid=None, node=None):
+        for callback in list(self.heard):
+            callback(StoreNotice(kind, 1, jobid, node))
+
+    def get(self, jobid):
+        d = defer.Deferred()
+        self.reads.append((jobid, d))
+        return d
+
+    def waiting(self):
+        return [jobid for jobid, d in self.reads if not d.called]
+
+    def answer(self, error=None):
+        """Answers the oldest read still waiting."""
+        jobid, d = next((j, d) for j, d in self.reads if not d.called)
+        if error is not None:
+            d.errback(error)
+        else:
+            d.callback(self.records.get(jobid))
+
+
+class ClusterHubTests(unittest.TestCase):
+    """The other nodes' jobs, heard as store notices, on the hub."""
+
+    def setUp(self):
+        self.events = JobEvents()
+        self.store = HeldStore()
+        self.stats = {}
+        self.hub = EventHub(Clock(), self.stats.get, time=lambda: 50.0)
+        self.hub.subscribe(self.events)
+        self.hub.hear_cluster(self.store, "a")
+        self.request = FakeRequest()
+        self.hub.open(self.request)
+
+    def jobs(self, request=None):
+        return [e for k, e in (request or self.request).events() if k == "job"]
+
+    def test_a_job_another_node_runs_shows_as_a_local_one_does(self):
+        self.store.records["j1"] = job(created=1.0)
+        self.store.tell(notices.QUEUED, "j1")
+        self.store.answer()
+        self.store.records["j1"] = job(state=RUNNING, node="b", start_time=2.0)
+        self.store.tell(notices.CLAIMED, "j1", "b")
+        self.store.answer()
+        self.store.records["j1"] = job(state=RUNNING, node="b", start_time=2.0, pid=9,
+                                       stats={"items": 4})
+        self.store.tell(notices.STATS, "j1", "b")
+        self.store.answer()
+        self.store.records["j1"] = job(state=RUNNING, node="b", start_time=2.0, pid=9,
+                                       stats={"items": 6}, cancel_requested=True)
+        self.store.tell(notices.CANCEL, "j1", "b")
+        self.store.answer()
+        self.store.records["j1"] = job(state=FINISHED, node="b", start_time=2.0, end_time=3.0,
+                                       outcome="cancelled", exit_status=130,
+                                       stats={"items": 7, "finish_reason": "interrupted"})
+        self.store.tell(notices.ENDED, "j1", "b")
+        self.store.answer()
+        shown = [(e["state"], e.get("node"), e.get("pid"), e.get("stats"),
+                  e.get("cancel_requested"), e.get("outcome")) for e in self.jobs()]
+        self.assertEqual(shown, [
+            (PENDING, None, None, None, None, None),
+            (RUNNING, "b", None, None, False, None),
+            (RUNNING, "b", 9, {"items": 4}, False, None),
+            (RUNNING, "b", 9, {"items": 6}, True, None),
+            (FINISHED, "b", None, {"items": 7, "finish_reason": "interrupted"}, None,
+             "cancelled")])
+        # The very entry a local event of the same record gives.
+        local = FakeRequest()
+        self.hub.open(local)
+        self.events.publish(ENDED, self.store.records["j1"])
+        self.assertEqual(self.jobs(local), self.jobs()[-1:])
+
+    def test_notices_heard_while_a_read_is_under_way_make_one_more_read(self):
+        other = FakeRequest()
+        self.hub.open(other)
+        self.store.records["j1"] = job(state=RUNNING, node="b", stats={"items": 1})
+        self.store.tell(notices.STATS, "j1", "b")
+        for _ in range(10):
+            self.store.tell(notices.STATS, "j1", "b")
+        self.store.tell(notices.STATS, "j2", "b")
+        self.assertEqual(self.store.waiting(), ["j1", "j2"])
+        self.store.records["j1"] = job(state=RUNNING, node="b", stats={"items": 11})
+        self.store.answer()
+        # The burst heard meanwhile: one read more, not ten.
+        self.assertEqual(self.store.waiting(), ["j2", "j1"])
+        self.store.answer()
+        self.store.answer()
+        self.assertEqual(self.store.waiting(), [])
+        self.assertEqual(len(self.store.reads), 3)
+        # Each read is sent to every stream: no read per stream.
+        for request in (self.request, other):
+            self.assertEqual([(e["id"], e["stats"]) for e in self.jobs(request)],
+                             [("j1", {"items": 11}), ("j1", {"items": 11})])
+
+    def test_nothing_is_read_while_no_stream_is_open(self):
+        self.request.lose()
+        self.store.tell(notices.STATS, "j1", "b")
+        self.store.tell(notices.CHANGED)
+        self.assertEqual(self.store.reads, [])
+
+    def test_this_nodes_own_jobs_are_told_by_its_events_but_an_end_recorded_elsewhere(self):
+        for kind in (notices.CLAIMED, notices.STARTED, notices.CANCEL, notices.STATS):
+            self.store.tell(kind, "mine", "a")
+        self.assertEqual(self.store.reads, [])
+        # Declared dead while cut off: another node recorded its jobs lost.
+        self.store.records["mine"] = job(id="mine", state=FINISHED, node="a", outcome="lost")
+        self.store.tell(notices.ENDED, "mine", "a")
+        self.store.answer()
+        self.assertEqual([(e["id"], e["outcome"]) for e in self.jobs()], [("mine", "lost")])
+
+    def test_a_read_a_local_event_overtook_is_not_sent_and_the_job_is_read_again(self):
+        # Queued here, claimed at once by b: its notice can come before the
+        # queueing's own answer, so the read may be older than the event.
+        self.store.records["j1"] = job(state=RUNNING, node="b")
+        self.store.tell(notices.CLAIMED, "j1", "b")
+        self.events.publish(QUEUED, job())
+        self.store.records["j1"] = job(state=RUNNING, node="b", pid=9)
+        self.store.answer()
+        self.assertEqual([e["state"] for e in self.jobs()], [PENDING])
+        self.assertEqual(self.store.waiting(), ["j1"])
+        self.store.answer()
+        self.assertEqual([(e["state"], e.get("pid")) for e in self.jobs()],
+                         [(PENDING, None), (RUNNING, 9)])
+
+    def test_a_failed_read_is_logged_once_with_the_job_and_the_hub_carries_on(self):
+        logged = []
+        from netweir_serve.web import events as module
+        self.patch(module, "log", _Log(logged))
+        self.store.tell(notices.STATS, "j1", "b")
+        self.store.tell(notices.STATS, "j1", "b")
+        self.store.answer(StoreError("the job table could not be read: gone"))
+        self.assertEqual(len(logged), 1)
+        self.assertEqual((logged[0]["jobid"], logged[0]["why"]),
+                         ("j1", "the job table could not be read: gone"))
+        # The notice heard meanwhile reads it again; later ones too.
+        self.store.records["j1"] = job(state=RUNNING, node="b", stats={"items": 2})
+        self.store.answer()
+        self.assertEqual([e["stats"] for e in self.jobs()], [{"items": 2}])
+        self.store.tell(notices.ENDED, "j1", "b")
+        self.store.records["j1"] = job(state=FINISHED, node="b", outcome="finished")
+        self.store.answer()
+        self.assertEqual([e["state"] for e in self.jobs()], [RUNNING, FINISHED])
+        self.assertEqual(len(logged), 1)
+
+    def test_a_forgotten_job_sends_nothing(self):
+        self.store.tell(notices.ENDED, "gone", "b")
+        self.store.answer()
+        self.assertEqual(self.request.events(), [])
+
+    def test_changed_tells_the_streams_to_read_again_pruned_and_nodes_tell_nothing(self):
+        self.store.tell(notices.PRUNED)
+        self.store.tell(notices.NODE, node="c")
+        self.store.tell(notices.SCHEDULE)
+        self.assertEqual(self.request.events(), [])
+        self.store.tell(notices.CHANGED)
+        self.assertEqual(self.request.events(), [("resync", {"time": 50.0})])
+        self.assertEqual(self.store.reads, [])
+
+
+class _Log:
+    """Stands in for a module's Logger: the warnings it is given."""
+
+    def __init__(self, found):
+        self.found = found
+
+    def warn(self, format, **fields):
+        self.found.append(fields)
+
+    def failure(self, format, failure=None, **fields):
+        self.found.append(dict(fields, failure=failure))
+
+    info = warn
+
+
 class _Reader(protocol.Protocol):
     def __init__(self):
         self.data = b""
@@ -200,9 +389,9 @@ class DeadlineTests(unittest.TestCase):
 class StreamReader:
     """Reads a daemon's /events in a thread, event by event."""
 
-    def __init__(self, port):
+    def __init__(self, port, headers=None):
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.connection.request("GET", "/events")
+        self.connection.request("GET", "/events", headers=headers or {})
         self.answer = self.connection.getresponse()
         self.events = []
         self.thread = threading.Thread(target=self._read, daemon=True)

@@ -317,6 +317,9 @@
     events.addEventListener("error", () => setLive("reconnecting"));
     events.addEventListener("job", e => jobEvent(JSON.parse(e.data)));
     events.addEventListener("schedule", e => scheduleEvent(JSON.parse(e.data)));
+    // Changes may have been missed (a node's link to the shared job table
+    // came back): read the listings again, as on connecting.
+    events.addEventListener("resync", () => reload().catch(e => setLive("error: " + e)));
   }
 
   setUpForm().catch(() => {});
