@@ -352,7 +352,8 @@ def makeService(config, reactor):
     if store.shared:
         # The other nodes' jobs too, from the store's notices.
         hub.hear_cluster(store, config.node)
-    metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams)
+    metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams,
+                             nodes=store.nodes if store.shared else None)
     metrics.subscribe(events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
              secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)

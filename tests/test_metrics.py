@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import defer
 from twisted.trial import unittest
 
-from netweir_serve.jobs.events import ENDED, STARTED, JobEvents
-from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord
+from netweir_serve.jobs.events import ENDED, QUEUED, STARTED, JobEvents
+from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord, StoreError
 from netweir_serve.schedules.records import ScheduleRecord
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from prometheus_client import generate_latest
@@ -95,30 +95,74 @@ class CollectorTests(unittest.TestCase):
         self.assertIn("process_cpu_seconds_total", {name for name, _ in found})
         self.assertIn("python_info", {name for name, _ in found})
 
-    def test_jobs_by_state_and_project_read_once_per_version(self):
+    def test_jobs_by_state_project_and_node_read_once_per_version(self):
         self.store.lists = ([job(id="a"), job(id="b", project="news")],
-                            [job(id="c", state=RUNNING)], [job(id="d", state=FINISHED)])
+                            [job(id="c", state=RUNNING, node="n1")],
+                            [job(id="d", state=FINISHED, node="n2"),
+                             job(id="e", state=FINISHED, node="n2"),
+                             job(id="f", state=FINISHED)])
         found = self.render()
-        self.assertEqual(value(found, "netweir_serve_jobs", state=PENDING, project="shop"), 1)
-        self.assertEqual(value(found, "netweir_serve_jobs", state=PENDING, project="news"), 1)
-        self.assertEqual(value(found, "netweir_serve_jobs", state=RUNNING, project="shop"), 1)
-        self.assertEqual(value(found, "netweir_serve_jobs", state=FINISHED, project="shop"), 1)
+        jobs = {labels: n for (name, labels), n in found.items() if name == "netweir_serve_jobs"}
+        # A pending job (or one cancelled before it started) has no node:
+        # node="", which Prometheus reads as no node label at all.
+        self.assertEqual(jobs, {
+            (("node", ""), ("project", "news"), ("state", PENDING)): 1,
+            (("node", ""), ("project", "shop"), ("state", PENDING)): 1,
+            (("node", "n1"), ("project", "shop"), ("state", RUNNING)): 1,
+            (("node", "n2"), ("project", "shop"), ("state", FINISHED)): 2,
+            (("node", ""), ("project", "shop"), ("state", FINISHED)): 1})
+        # A table of one node's own: no nodes to show.
+        self.assertNotIn("netweir_serve_node_up", {name for name, _ in found})
         self.render()
         self.assertEqual(self.store.reads, 1)
         self.store.version = 2
         self.render()
         self.assertEqual(self.store.reads, 2)
 
-    def test_schedule_firings_and_skips_from_now_on(self):
+    def test_a_shared_tables_nodes_live_and_dead_read_once_per_version(self):
+        read = []
+
+        def nodes():
+            read.append(1)
+            return defer.succeed([{"name": "n1", "dead": False}, {"name": "n2", "dead": True}])
+
+        metrics = ServiceMetrics(self.store, lambda: 1, 1, nodes=nodes)
+        registry = metrics_registry(metrics)
+        metrics.refresh()
+        found = samples(generate_latest(registry).decode())
+        self.assertEqual(value(found, "netweir_serve_node_up", node="n1"), 1)
+        self.assertEqual((("netweir_serve_node_up", (("node", "n2"),)) in found,
+                          value(found, "netweir_serve_node_up", node="n2")), (True, 0))
+        metrics.refresh()
+        self.assertEqual(len(read), 1)
+        self.store.version = 2
+        metrics.refresh()
+        self.assertEqual(len(read), 2)
+
+    def test_a_failed_read_of_the_nodes_fails_the_refresh(self):
+        metrics = ServiceMetrics(self.store, lambda: 1, 1,
+                                 nodes=lambda: defer.fail(StoreError("no table")))
+        failure = self.failureResultOf(metrics.refresh(), StoreError)
+        self.assertEqual(failure.value.message, "no table")
+        # Read again at the next scrape, the version not taken as read.
+        self.failureResultOf(metrics.refresh(), StoreError)
+
+    def test_schedule_firings_as_their_jobs_are_queued_here_and_skips_from_now_on(self):
+        # Each node's timer fires a schedule; the node whose job got in
+        # heard "queued" and counts the firing. The row's runs (which every
+        # node that recorded the due time sees grow) count nothing.
         record = ScheduleRecord(name="hourly", project="shop", spider="books", kind="every",
                                 rule="1h", tz="UTC", runs=5, skipped=1)
         self.metrics.seed_schedules([record])
         from dataclasses import replace
+        self.events.publish(QUEUED, job(id="hourly-1", schedule="hourly"))
+        self.events.publish(QUEUED, job(id="hourly-2", schedule="hourly"))
+        self.events.publish(QUEUED, job(id="by-hand"))
         self.metrics.schedule_changed(replace(record, runs=7, skipped=2))
         self.metrics.schedule_changed(replace(record, runs=7, skipped=2, paused=True))
         self.metrics.schedule_changed(replace(record, name="new", runs=1, skipped=0))
         found = self.render()
-        self.assertEqual(value(found, "netweir_serve_schedule_firings_total", project="shop"), 3)
+        self.assertEqual(value(found, "netweir_serve_schedule_firings_total", project="shop"), 2)
         self.assertEqual(value(found, "netweir_serve_schedule_skips_total", project="shop"), 1)
 
     def test_no_label_carries_a_job_id(self):
@@ -152,7 +196,9 @@ class LiveMetricsTests(CrawlTestCase):
         slow = daemon.must_schedule("shop", "slow", delay="0.1")
         daemon.wait_state(slow, "running")
         during = self.scrape(daemon)
-        self.assertEqual(value(during, "netweir_serve_jobs", state="running", project="shop"), 1)
+        node = daemon.get("daemonstatus.json")[1]["node_name"]
+        self.assertEqual(value(during, "netweir_serve_jobs", state="running", project="shop",
+                               node=node), 1)
         self.assertEqual(value(during, "netweir_serve_slots_free"), 1)
         daemon.post("cancel.json", {"project": "shop", "job": slow})
         daemon.wait_state(slow, "finished")
@@ -169,7 +215,9 @@ class LiveMetricsTests(CrawlTestCase):
                                spider="books", result="fetched"), 30)
         self.assertEqual(value(after, "netweir_serve_job_queue_wait_seconds_count",
                                project="shop"), 3)
-        self.assertEqual(value(after, "netweir_serve_jobs", state="finished", project="shop"), 3)
+        self.assertEqual(value(after, "netweir_serve_jobs", state="finished", project="shop",
+                               node=node), 3)
+        self.assertNotIn("netweir_serve_node_up", {name for name, _ in after})
         self.assertEqual(value(after, "netweir_serve_slots_free"), 2)
         self.assertFalse([k for k in after if any(v in (finished, failed, slow)
                                                   for _, v in k[1])])

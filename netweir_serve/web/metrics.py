@@ -9,10 +9,13 @@ is WSGI, and runs collectors on a thread.
 
 What ``ServiceMetrics`` counts it hears from the job events and the
 Timetable's changes, since the service started (counters start at 0 at
-each start, as Prometheus expects of a restarted process). The jobs in
-each state come from the job table, read again only when its version has
-moved on. No label carries a job id: labels are project, spider, state,
-outcome and result, all of them few.
+each start, as Prometheus expects of a restarted process): what this
+process did, so that with several nodes sharing a job table the sum over
+the nodes is the cluster's, each job counted by one node. The jobs in each
+state, and a shared table's nodes, come from the table (the same on every
+node), read again only when its version has moved on. No label carries a
+job id: labels are project, spider, state, outcome, result and node, all
+of them few.
 """
 
 from collections import defaultdict
@@ -28,7 +31,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
-from ..jobs.events import ENDED, STARTED
+from ..jobs.events import ENDED, QUEUED, STARTED
 from ..jobs.records import STATES
 from ..names import fold
 from .answer import write_error
@@ -86,14 +89,17 @@ class ServiceMetrics:
 
     ``store`` is the IJobStore (its ``jobs()`` and ``version``);
     ``slots_free()`` and ``max_jobs`` say how much room there is;
-    ``streams()`` how many /events streams are open (or None)."""
+    ``streams()`` how many /events streams are open (or None); ``nodes()``,
+    for a shared table, IClusterStore.nodes (or None)."""
 
-    def __init__(self, store, slots_free, max_jobs, streams=None):
+    def __init__(self, store, slots_free, max_jobs, streams=None, nodes=None):
         self._store = store
         self._slots_free = slots_free
         self._max_jobs = max_jobs
         self._streams = streams
+        self._nodes = nodes
         self._by_state = {}
+        self._node_up = {}
         self._version = None
         self.ended = defaultdict(int)            # (project, spider, outcome)
         self.items = defaultdict(int)            # (project, spider)
@@ -102,14 +108,20 @@ class ServiceMetrics:
         self.queue_wait = Histogram()            # (project,)
         self.firings = defaultdict(int)          # (project,)
         self.skips = defaultdict(int)            # (project,)
-        self._schedules = {}                     # schedule key: (runs, skipped)
+        self._skipped = {}                       # schedule key: skipped
 
     # -- hearing -------------------------------------------------------------------
 
     def subscribe(self, events):
-        return events.subscribe(self.job_heard, kinds=(STARTED, ENDED))
+        return events.subscribe(self.job_heard, kinds=(QUEUED, STARTED, ENDED))
 
     def job_heard(self, kind, record):
+        if kind == QUEUED:
+            # Queued here: every node's timer fires the schedule, and the
+            # one whose job got in counts it.
+            if record.schedule is not None:
+                self.firings[(record.project,)] += 1
+            return
         if kind == STARTED:
             if record.start_time is not None and record.created:
                 self.queue_wait.observe((record.project,),
@@ -125,34 +137,43 @@ class ServiceMetrics:
         self.requests[key + ("failed",)] += _number(stats.get("failed"))
 
     def seed_schedules(self, records):
-        """What the schedules had run and skipped before the service
-        started, so that only what happens from now on is counted."""
+        """What the schedules had skipped before the service started, so
+        that only what happens from now on is counted."""
         for record in records:
-            self._schedules.setdefault(fold(record.name), (record.runs, record.skipped))
+            self._skipped.setdefault(fold(record.name), record.skipped)
 
     def schedule_changed(self, record):
+        """A schedule changed here (its firings are counted as their jobs
+        are queued)."""
         key = fold(record.name)
-        runs, skipped = self._schedules.get(key, (0, 0))
-        if record.runs > runs:
-            self.firings[(record.project,)] += record.runs - runs
+        skipped = self._skipped.get(key, 0)
         if record.skipped > skipped:
             self.skips[(record.project,)] += record.skipped - skipped
-        self._schedules[key] = (max(runs, record.runs), max(skipped, record.skipped))
+        self._skipped[key] = max(skipped, record.skipped)
 
     # -- rendering -----------------------------------------------------------------
 
     def refresh(self):
-        """Deferred that fires once the jobs by state are current."""
+        """Deferred that fires once the jobs by state (and the nodes) are
+        current."""
         version = self._store.version
         if version == self._version:
             return defer.succeed(None)
-        return self._store.jobs().addCallback(self._count, version)
+        reads = [self._store.jobs()]
+        if self._nodes is not None:
+            reads.append(self._nodes())
+        read = defer.gatherResults(reads, consumeErrors=True)
+        read.addErrback(lambda f: f.value.subFailure)
+        return read.addCallback(self._count, version)
 
-    def _count(self, jobs, version):
+    def _count(self, read, version):
         counts = defaultdict(int)
-        for state, records in zip(STATES, jobs):
+        for state, records in zip(STATES, read[0]):
             for record in records:
-                counts[(state, record.project)] += 1
+                # The node that runs or ran it; a pending job has none yet.
+                counts[(state, record.project, record.node or "")] += 1
+        if len(read) > 1:
+            self._node_up = {node["name"]: 0 if node["dead"] else 1 for node in read[1]}
         self._by_state, self._version = dict(counts), version
 
     def collect(self):
@@ -160,11 +181,17 @@ class ServiceMetrics:
         info = GaugeMetricFamily(f"{p}_info", "netweir-serve's version", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
-        jobs = GaugeMetricFamily(f"{p}_jobs", "Jobs in the job table, by state and project",
-                                 labels=["state", "project"])
-        for (state, project), n in sorted(self._by_state.items()):
-            jobs.add_metric([state, project], n)
+        jobs = GaugeMetricFamily(f"{p}_jobs", "Jobs in the job table, by state, project and"
+                                 " node (none while pending)", labels=["state", "project", "node"])
+        for labels, n in sorted(self._by_state.items()):
+            jobs.add_metric(list(labels), n)
         yield jobs
+        if self._nodes is not None:
+            up = GaugeMetricFamily(f"{p}_node_up", "Nodes sharing the job table: 1 while live,"
+                                   " 0 once declared dead", labels=["node"])
+            for name, n in sorted(self._node_up.items()):
+                up.add_metric([name], n)
+            yield up
         yield GaugeMetricFamily(f"{p}_slots_free", "Jobs that could start now",
                                 value=self._slots_free())
         yield GaugeMetricFamily(f"{p}_max_jobs", "Jobs that run at once at most (--max-jobs)",
