@@ -26,6 +26,7 @@ from twisted.trial import unittest
 from . import pg
 from .processes import Daemon, alive, kill_groups, shared_site, wait_until
 from .spiders import write_project
+from .test_metrics import samples
 from .test_notify import Receiver
 
 AUTH = ("ops", "cluster-secret")
@@ -234,6 +235,12 @@ class ClusterTestCase(unittest.TestCase):
         daemon.process.wait()
         daemon._output.close()
 
+    def nodes_up(self, via):
+        """{node: its netweir_serve_node_up} in ``via``'s /metrics."""
+        found = samples(via.call("GET", "/metrics")[2].decode())
+        return {dict(labels)["node"]: n for (name, labels), n in found.items()
+                if name == "netweir_serve_node_up"}
+
     def log_count(self, daemon, entry):
         return daemon.call("GET", entry["log_url"])[2].count(b"slow page")
 
@@ -406,6 +413,10 @@ class NodeDeathTests(ClusterTestCase):
         for entry in lost.values():
             self.assertEqual((entry["outcome"], entry["node"]), ("lost", "n0"))
         self.assertEqual(DECLARED.findall(self.outputs()), ["n0"])
+        # Every node's /metrics says so, from the table.
+        for via in (n1, n2):
+            wait_until(lambda: self.nodes_up(via) == {"n0": 0, "n1": 1, "n2": 1}, 10,
+                       "n0 shown dead, the others live, in /metrics")
         # Its crawls ran on meanwhile (the conservative choice: not run again).
         self.assertTrue(all(alive(pid) for pid in pids))
         # The jobs it queued are nobody's: they run elsewhere once a slot frees.
