@@ -41,7 +41,7 @@ from .web.guard import GuardedResource
 from .web.limits import ConnectionCaps, limit
 from .web.listings import listers
 from .web.liststats import LogParserStats
-from .web.metrics import Metrics, ServiceMetrics, metrics_registry
+from .web.metrics import Metrics, ServiceMetrics
 from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
@@ -369,7 +369,7 @@ def makeService(config, reactor):
               max_per_spider=config.max_jobs_per_spider, history=history,
               owners=Owners(store, config.node, reactor) if store.shared else None)
     watching = {b"events": Events(hub),
-                b"metrics": Metrics(metrics, metrics_registry(metrics))}
+                b"metrics": Metrics(metrics)}
     root = Root(api, config.directory, pages={**site_pages(api), **watching},
                 listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, launcher, config.directory,

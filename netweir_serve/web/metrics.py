@@ -20,12 +20,11 @@ of them few.
 
 from collections import defaultdict
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily)
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
+# prometheus_client is not imported here: it is about 1 MB of an idle
+# daemon's memory (it brings wsgiref, gzip, ssl and its own thirty modules),
+# and nothing needs it before the first scrape. It is imported where a
+# render uses it: the first /metrics answer pays its import once (about
+# 10 ms), and no job event ever does (ServiceMetrics only counts them).
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.resource import Resource
@@ -70,6 +69,8 @@ class Histogram:
         self._series[labels] = (counts, total + value)
 
     def family(self, name, documentation, label_names):
+        from prometheus_client.core import HistogramMetricFamily  # at a render (above)
+
         family = HistogramMetricFamily(name, documentation, labels=label_names)
         for labels, (counts, total) in sorted(self._series.items()):
             cumulative, buckets = 0, []
@@ -177,6 +178,8 @@ class ServiceMetrics:
         self._by_state, self._version = dict(counts), version
 
     def collect(self):
+        from prometheus_client.core import GaugeMetricFamily  # at a render (above)
+
         p = PREFIX
         info = GaugeMetricFamily(f"{p}_info", "netweir-serve's version", labels=["version"])
         info.add_metric([__version__], 1)
@@ -217,6 +220,8 @@ class ServiceMetrics:
 
     @staticmethod
     def _counter(name, documentation, label_names, values):
+        from prometheus_client.core import CounterMetricFamily  # at a render (above)
+
         family = CounterMetricFamily(name, documentation, labels=label_names)
         for labels, n in sorted(values.items()):
             family.add_metric(list(labels), n)
@@ -226,6 +231,12 @@ class ServiceMetrics:
 def metrics_registry(collector):
     """A registry of the service's own: ``collector`` and the process,
     platform and garbage collector metrics of prometheus_client."""
+    # Imported at the first render (Metrics._write), or by a test.
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.gc_collector import GCCollector
+    from prometheus_client.platform_collector import PlatformCollector
+    from prometheus_client.process_collector import ProcessCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     ProcessCollector(registry=registry)
@@ -235,11 +246,12 @@ def metrics_registry(collector):
 
 
 class Metrics(Resource):
-    """The /metrics resource."""
+    """The /metrics resource; without a ``registry``, it makes
+    ``metrics_registry(collector)`` at the first scrape."""
 
     isLeaf = True
 
-    def __init__(self, collector, registry):
+    def __init__(self, collector, registry=None):
         super().__init__()
         self.collector = collector
         self.registry = registry
@@ -254,6 +266,11 @@ class Metrics(Resource):
                              lambda _: self._write(request), lambda f: self._failed(f, request))
 
     def _write(self, request):
+        # The first scrape imports prometheus_client (see the top).
+        from prometheus_client import generate_latest
+
+        if self.registry is None:
+            self.registry = metrics_registry(self.collector)
         body = generate_latest(self.registry)
         request.setHeader(b"content-type", CONTENT_TYPE)
         request.setHeader(b"cache-control", b"no-store")
