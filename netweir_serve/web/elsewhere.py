@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 from twisted.internet import defer
 from twisted.logger import Logger
-from twisted.web.client import Agent, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
@@ -51,6 +50,13 @@ class Owners:
         self.store = store
         self.node = node
         self.reactor = reactor
+        # twisted.web.client (Agent, readBody; 0.4 MB, with twisted.web's
+        # HTTP/1.1 client) only where a node shares the job table and can
+        # be asked for another's history: imported here, as the node
+        # starts, not in the middle of the first request that needs it.
+        from twisted.web import client
+
+        self._client = client
 
     @defer.inlineCallbacks
     def owner_of(self, jobid, request, project=None, spider=None):
@@ -111,10 +117,10 @@ class Owners:
         if authorization is not None:
             headers.setRawHeaders(b"authorization", [authorization])
         url = (owner["url"].rstrip("/") + "/jobstats.json?history=1&job=" + record.id)
-        agent = Agent(self.reactor, connectTimeout=CONNECT_TIMEOUT)
+        agent = self._client.Agent(self.reactor, connectTimeout=CONNECT_TIMEOUT)
         try:
             answer = yield agent.request(b"GET", url.encode("ascii"), headers)
-            body = yield readBody(answer)
+            body = yield self._client.readBody(answer)
         except Exception as e:
             log.info("job {jobid}: its node {node} did not answer for its history: {e}",
                      jobid=record.id, node=record.node, e=e)
