@@ -10,7 +10,6 @@ nothing is built at install time and no chart library is shipped.
 import os
 
 from twisted.web.resource import Resource
-from twisted.web.static import File
 
 from ..answer import write_error
 
@@ -55,21 +54,36 @@ TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf
 def static_files():
     """The /dashboard/ resource: exactly this folder's script and style
     sheet, nothing else of it (no listing, no Python files)."""
-    folder = _Folder()
-    for name in FILES:
-        resource = File(os.path.join(FOLDER, name))
-        resource.type, resource.encoding = TYPES[os.path.splitext(name)[1]], None
-        resource.isLeaf = True
-        folder.putChild(name.encode("ascii"), resource)
-    return folder
+    return _Folder()
 
 
 class _Folder(Resource):
+    def __init__(self):
+        super().__init__()
+        self._files = {}
+
     def getChild(self, path, request):
-        return _Missing()
+        name = path.decode("latin-1")
+        if name not in FILES:
+            return _Missing()
+        if name not in self._files:
+            self._files[name] = _file(name)
+        return self._files[name]
 
     def render(self, request):
         return write_error(request, 404, "no such file")
+
+
+def _file(name):
+    # Made at its first request, not at start: twisted.web.static reads the
+    # machine's MIME types as it is imported (0.5 MB of an idle daemon),
+    # and a service nobody opens the dashboard of never needs it.
+    from twisted.web.static import File
+
+    resource = File(os.path.join(FOLDER, name))
+    resource.type, resource.encoding = TYPES[os.path.splitext(name)[1]], None
+    resource.isLeaf = True
+    return resource
 
 
 class _Missing(Resource):
