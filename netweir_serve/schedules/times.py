@@ -31,10 +31,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
-from fractions import Fraction
 from zoneinfo import ZoneInfo
 
-from cronsim import CronSim, CronSimError
+# fractions (with decimal and numbers) and cronsim are imported by the
+# functions that use them, not here: the daemon imports this module at
+# start (for its local zone), and a service with no schedule, or none of
+# that kind, never needs them (0.5 MB of an idle daemon). A schedule read
+# at start or added by a request imports them once, in well under a ms.
 
 OVERLAP = ("skip", "queue", "allow")
 MISFIRE = ("once", "skip")
@@ -78,6 +81,8 @@ def parse_every(text):
             f"every {text!r} is not a duration: give seconds (90) or a number"
             " with s, m, h or d (90s, 15m, 6h, 1d)"
         )
+    from fractions import Fraction  # see the top
+
     number, unit = match.groups()
     seconds = Fraction(number) * _UNITS[unit]
     if seconds < MIN_EVERY:
@@ -135,6 +140,8 @@ def parse_cron(text):
     cronsim's own extensions (a seconds field, ``L``, ``W``, ``#``) are
     refused, so every expression has due times forever.
     """
+    from cronsim import CronSim, CronSimError  # see the top
+
     if not isinstance(text, str) or not text.strip():
         raise RuleError("cron is empty: give five fields (minute hour"
                         " day-of-month month day-of-week) or @daily and the like")
@@ -202,6 +209,8 @@ def _field_named(message):
 
 
 def _is_cron(expression):
+    from cronsim import CronSim, CronSimError  # see the top
+
     try:
         CronSim(expression, _SOME_TIME)
     except CronSimError:
@@ -343,6 +352,8 @@ class Rule:
         if self.interval is not None:
             k = max(0, _steps(t, anchor, self.interval)) + 1
             return anchor + k * self.interval
+        from cronsim import CronSim  # see the top
+
         found = CronSim(self.expression, datetime.fromtimestamp(t, self.zone))
         # cronsim walks a fixed-time expression in local wall-clock time, so
         # from inside an hour repeated by a fall-back its first answer can be
@@ -372,6 +383,8 @@ class Rule:
         if self.interval is not None:
             k = _steps(t, anchor, self.interval)
             return anchor + k * self.interval if k >= 1 else None
+        from cronsim import CronSim  # see the top
+
         latest = since
         start = datetime.fromtimestamp(math.floor(t) + 1, self.zone)
         try:
