@@ -114,6 +114,15 @@ def versions():
     return found
 
 
+def labels(mode):
+    """What fills the blanks of the table's labels in ``mode``."""
+    m = mode
+    return {"conns": m.connections, "small": f"{m.small_table:,}", "big": f"{m.big_table:,}",
+            "jobs": m.jobs, "streams": m.streams, "huge": f"{m.huge_table:,}",
+            "sched": f"{m.schedules:,}", "file_mb": m.file_mb, "big_mb": m.big_file_mb,
+            "fetchers": m.fetchers, "slots": cluster.SLOTS}
+
+
 class Bench:
     """One run of the benchmark in the scratch directory ``root``: the
     figures of ``groups`` (all by default). With ``keep_going``, a part
@@ -178,12 +187,7 @@ class Bench:
     # -- the run -----------------------------------------------------------------------
 
     def labels(self):
-        m = self.mode
-        return {"conns": m.connections, "small": f"{m.small_table:,}",
-                "big": f"{m.big_table:,}", "jobs": m.jobs, "streams": m.streams,
-                "huge": f"{m.huge_table:,}", "sched": f"{m.schedules:,}",
-                "file_mb": m.file_mb, "big_mb": m.big_file_mb, "fetchers": m.fetchers,
-                "slots": cluster.SLOTS}
+        return labels(self.mode)
 
     def note_load(self, what, found):
         """Notes what a reader of a load figure should know: errors, and

@@ -3,15 +3,16 @@ one tiny figure is measured, both stop, and the table renders. Nothing
 here asserts a timing."""
 
 import math
+import os
 import shutil
 import tempfile
 import unittest
 
 from bench import figures, schedules
 from bench import load as loadgen
-from bench.run import SMOKE, Bench, report
+from bench.run import FULL, QUICK, SMOKE, Bench, labels, report
 from bench.services import NETWEIR_SERVE, OURS
-from bench.table import BY_KEY, FIGURES, render, target_met
+from bench.table import BY_KEY, FIGURES, render, rows, target_met
 
 
 class BenchCase(unittest.TestCase):
@@ -112,7 +113,7 @@ class TableTest(unittest.TestCase):
             line = next(line for line in text.splitlines() if line.startswith(f"| {start}"))
             return [c.strip() for c in line.strip("|").split("|")]
 
-        self.assertEqual(cells("/metrics render after a change, 10,000")[1:4],
+        self.assertEqual(cells("/metrics after a change, 10,000")[1:4],
                          ["400 ms", "40.0 ms", "0.10x"])
         self.assertEqual(cells("files: 500 MB")[1:],
                          ["37.9 MB (+0.0)", "42.9 MB (+0.2)", "1.13x", "growth <= 5 MB", "yes"])
@@ -152,6 +153,21 @@ class FilesAndSchedulesTest(BenchCase):
 
     def test_due_time_of_a_schedule_job(self):
         self.assertEqual(schedules.due_of("late0-0003-20261201T135145Z"), 1796133105.0)
+
+
+class DocsTest(unittest.TestCase):
+    def test_the_latest_table_in_the_docs_has_every_row(self):
+        """docs/performance.md's latest table is a full or a quick run's,
+        with a row for every figure, in the order of the table."""
+        path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "performance.md")
+        with open(path, encoding="utf-8") as f:
+            section = f.read().split("\n## The latest table\n", 1)[1].split("\n## ", 1)[0]
+        lines = [line for line in section.splitlines() if line.startswith("| ")]
+        documented = [line.strip("|").split("|")[0].strip() for line in lines[1:]]
+        expected = {mode.name: [row[0] for row in rows({}, labels(mode))[1:]]
+                    for mode in (FULL, QUICK)}
+        if documented != expected["full"]:
+            self.assertEqual(documented, expected["quick"])
 
 
 class LoadTest(unittest.TestCase):
