@@ -10,7 +10,8 @@ import tempfile
 from twisted.trial import unittest
 
 from bench import cluster, figures
-from bench.run import SMOKE, Bench
+from bench.modes import SMOKE
+from bench.run import Bench
 from bench.services import OURS
 from bench.table import render
 
