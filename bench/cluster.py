@@ -1,9 +1,9 @@
-"""Nodes sharing a PostgreSQL job table: ``python -m bench.cluster [--quick]``.
+"""Nodes sharing a PostgreSQL job table: the node rows of ``python -m bench``.
 
-Not part of ``python -m bench``: netweir serve has no cluster to compare
-with, so every figure here compares netweir-serve with itself. On the
-benchmark's site and projects (bench/site.py, bench/projects.py), with a
-fresh PostgreSQL database per configuration on $NETWEIR_SERVE_BENCH_PG
+netweir serve has no cluster to compare with, so every figure here
+compares netweir-serve with itself (one SQLite node is the baseline). On
+the benchmark's site and projects (bench/site.py, bench/projects.py), with
+a fresh PostgreSQL database per configuration on $NETWEIR_SERVE_BENCH_PG
 (else $NETWEIR_SERVE_TEST_PG, else postgresql://postgres@127.0.0.1:5432/test;
 the user needs CREATEDB; the databases are dropped at the end), it
 measures:
@@ -29,30 +29,33 @@ measures:
   TIMEOUT (heartbeats every TIMEOUT/6 s: expect TIMEOUT plus up to a beat).
 """
 
-import argparse
 import collections
-import json
 import os
 import secrets
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from netweir_serve.cluster.membership import BEATS_PER_TIMEOUT
+
 from . import figures
-from .projects import write_projects
-from .run import load_average, machine, versions
-from .services import OURS, Service, Site, commands, kill_leftovers, wait_until
+from .services import OURS, Service, commands, cpu_seconds, kill_leftovers, proc_stat, wait_until
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 SLOTS = 6
 NODE_COUNTS = (1, 2, 3)
 KEEP = 1000
+# A dead node's jobs are lost on the first beat of a live node after the
+# timeout from its last beat: within the timeout and one beat, as a ratio.
+LOST_WITHIN = 1 + 1 / BEATS_PER_TIMEOUT
+# The participants of the schedule -> code figure.
+CROSS = "busy -> idle node (PostgreSQL)"
+ALONE_PG = "one PostgreSQL node, idle"
+ALONE_SQLITE = "one SQLite node, idle"
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,10 @@ class Mode:
 
 FULL = Mode("full", jobs=60, reps=3, samples=30, kills=3, timeout=6.0)
 QUICK = Mode("quick", jobs=30, reps=2, samples=15, kills=1, timeout=6.0)
-MODES = {m.name: m for m in (FULL, QUICK)}
 
 
-def log(message):
-    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
-    sys.stderr.flush()
+class Unavailable(Exception):
+    """No PostgreSQL server to make databases on (or no psycopg)."""
 
 
 def server_url():
@@ -83,10 +84,14 @@ def server_url():
 class Databases:
     """Fresh databases on the server, dropped by ``drop_all``."""
 
-    def __init__(self, server):
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    def __init__(self, server, log):
+        try:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        except ImportError as e:
+            raise Unavailable(f"psycopg is not installed ({e})") from None
         self._psycopg = psycopg
+        self.log = log
         self._make = make_conninfo
         self._params = conninfo_to_dict
         self.server = server
@@ -96,6 +101,15 @@ class Databases:
 
     def _admin(self):
         return self._psycopg.connect(self.server, autocommit=True, connect_timeout=5)
+
+    def check(self):
+        """Raises Unavailable unless the server answers."""
+        try:
+            with self._admin() as conn:
+                conn.execute("SELECT 1")
+        except self._psycopg.Error as e:
+            why = " ".join(str(e).split())
+            raise Unavailable(f"PostgreSQL at {self.shown} does not answer ({why})") from None
 
     def make(self, label):
         name = f"netweir_serve_bench_{os.getpid()}_{label}_{secrets.token_hex(3)}"
@@ -113,7 +127,7 @@ class Databases:
                 with self._admin() as conn:
                     conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             except self._psycopg.Error as e:
-                log(f"could not drop database {name}: {e}")
+                self.log(f"could not drop database {name}: {e}")
         self.made = []
 
 
@@ -146,56 +160,40 @@ class Node(Service):
         return None, None
 
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def postgres_cpu():
     """CPU seconds used so far by the processes named postgres* (a local
     server's), or None when there are none to read."""
-    total, seen = 0, False
+    total, seen = 0.0, False
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
+            if not proc_stat(entry)[0].startswith("postgres"):
+                continue
+            total += cpu_seconds(entry)
+        except (OSError, ValueError):
             continue
-        if not stat[stat.index("(") + 1:stat.rindex(")")].startswith("postgres"):
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
         seen = True
-    return total / TICKS if seen else None
-
-
-def percentile(values, p):
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    k = (len(ordered) - 1) * p / 100
-    low = int(k)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+    return total if seen else None
 
 
 class ClusterBench:
-    def __init__(self, mode, root, python=sys.executable, log=log):
+    """The node figures, on the benchmark's ``projects`` (whose site runs),
+    with nodes and databases of their own under ``root``. Raises
+    Unavailable at once when there is no PostgreSQL server."""
+
+    def __init__(self, mode, root, projects, python=sys.executable, log=None):
         self.mode = mode
         self.root = root
+        self.projects = projects
         self.python = python
-        self.log = log
+        self.log = log or (lambda message: None)
         self.nodes = []
-        self.site = None
-        self.projects = None
-        self.databases = Databases(server_url())
+        self.databases = Databases(server_url(), self.log)
+        self.databases.check()
         self.results = {}
 
     # -- processes ---------------------------------------------------------------
-
-    def start_site(self):
-        self.site = Site(self.python)
-        self.projects = write_projects(os.path.join(self.root, "projects"), self.site.url)
 
     def node(self, label, name, max_jobs, jobs_db=None, projects=("one",), start=True):
         args = []
@@ -215,15 +213,12 @@ class ClusterBench:
                 node.stop()
             except Exception as e:
                 self.log(f"stopping {node.name}: {e}")
-        if self.site is not None:
-            self.site.stop()
         kill_leftovers(self.root)
         self.databases.drop_all()
 
     # -- the figures -------------------------------------------------------------------
 
     def run(self):
-        self.start_site()
         self.measure_jobs()
         self.measure_cross()
         self.measure_lost()
@@ -252,10 +247,10 @@ class ClusterBench:
                                               scratch)
                 else:
                     entry = configs[name][0]
-                    before = sum(figures.process_cpu(n.pid) for n in configs[name])
+                    before = sum(cpu_seconds(n.pid) for n in configs[name])
                     server_before = postgres_cpu()
                     took, bad = figures.run_through(entry, m.jobs)
-                    cpu[name].append(sum(figures.process_cpu(n.pid) for n in configs[name])
+                    cpu[name].append(sum(cpu_seconds(n.pid) for n in configs[name])
                                      - before)
                     server_after = postgres_cpu()
                     if server_before is not None and server_after is not None:
@@ -315,16 +310,16 @@ class ClusterBench:
         alone_pg = self.node("alone", "pg", 2, self.databases.make("alone"))
         alone_sqlite = self.node("alone", "sqlite", 2)
         participants = [
-            ("busy -> idle node (PostgreSQL)", lambda: self._stamp(busy, "idle")),
-            ("one PostgreSQL node, idle", lambda: self._stamp(alone_pg)),
-            ("one SQLite node, idle", lambda: self._stamp(alone_sqlite)),
+            (CROSS, lambda: self._stamp(busy, "idle")),
+            (ALONE_PG, lambda: self._stamp(alone_pg)),
+            (ALONE_SQLITE, lambda: self._stamp(alone_sqlite)),
         ]
         self.log(f"schedule -> spider's code, {m.samples} samples each")
         samples = collections.defaultdict(list)
         for _, (name, measure) in figures.rounds(participants, m.samples):
             samples[name].append(measure())
         self.results["cross"] = {
-            name: {"p50": statistics.median(v), "p99": percentile(v, 99), "samples": v}
+            name: {"p50": statistics.median(v), "p99": figures.percentile(v, 99), "samples": v}
             for name, v in samples.items()}
         for name, r in self.results["cross"].items():
             self.log(f"  {name}: p50 {r['p50'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms")
@@ -365,81 +360,43 @@ class ClusterBench:
             node.stop()
 
 
-def _ms(seconds):
-    return f"{seconds * 1000:,.1f} ms"
+def table_values(results):
+    """The benchmark table's node figures from ``results``: {figure key:
+    value} (bench/table.py: the nodes_* rows; jobs/s, ms and s)."""
+    values = {}
+    for name, row in results["jobs"]["configs"].items():
+        values[f"nodes_jps_{name}"] = row["jobs_per_s"]
+        values[f"nodes_overhead_{name}"] = row["overhead_ms"]
+    for suffix, participant in (("", CROSS), ("_base", ALONE_SQLITE)):
+        for p in ("p50", "p99"):
+            values[f"nodes_cross{suffix}_{p}"] = results["cross"][participant][p] * 1000
+    values["nodes_timeout"] = results["lost"]["timeout"]
+    values["nodes_lost"] = results["lost"]["median"]
+    return values
 
 
-def render(results):
-    """The figures as Markdown tables."""
+def notes(results):
+    """What the table leaves out, as lines under it."""
     jobs = results["jobs"]
-    lines = ["| job table | nodes | --max-jobs each | jobs/s | overhead per job"
-             " | vs the SQLite node | nodes' CPU per job | PostgreSQL's CPU per job"
-             " | jobs per node |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = []
     for name, row in jobs["configs"].items():
+        server = ("" if row.get("server_cpu_ms") is None
+                  else f", PostgreSQL's {row['server_cpu_ms']:.1f} ms")
         spread = ", ".join(f"{k} {v}" for k, v in row["spread"].items())
-        if row["not_finished"]:
-            spread += f" ({row['not_finished']} not finished)"
-        vs = "-" if name == "sqlite" else f"{row['vs_sqlite_ms']:+,.1f} ms"
-        server = ("-" if row.get("server_cpu_ms") is None
-                  else f"{row['server_cpu_ms']:,.1f} ms")
-        lines.append(f"| {row['store']} | {row['nodes']} | {row['max_jobs']} |"
-                     f" {row['jobs_per_s']:.2f} | {row['overhead_ms']:,.1f} ms | {vs} |"
-                     f" {row['cpu_ms']:,.1f} ms | {server} | {spread} |")
-    lines.append(f"| (crawls run directly, {SLOTS} at a time) | - | - |"
-                 f" {jobs['direct_jobs_per_s']:.2f} | - | - | - | - | - |")
-    lines += ["", "| schedule.json -> spider's code | p50 | p99 |", "|---|---:|---:|"]
-    for name, r in results["cross"].items():
-        lines.append(f"| {name} | {_ms(r['p50'])} | {_ms(r['p99'])} |")
+        count = "one" if row["nodes"] == 1 else row["nodes"]
+        lines.append(f"nodes: {count} {row['store']} node{'s' * (row['nodes'] > 1)},"
+                     f" --max-jobs {row['max_jobs']} each: CPU per job, the nodes'"
+                     f" {row['cpu_ms']:.1f} ms"
+                     f"{server}; jobs per node {spread}"
+                     + (f"; {row['not_finished']} not finished" if row["not_finished"] else ""))
+    lines.append(f"nodes: the same crawls run directly, {SLOTS} at a time:"
+                 f" {jobs['direct_jobs_per_s']:.2f} jobs/s (overhead per job is against them).")
+    alone = results["cross"][ALONE_PG]
+    lines.append(f"nodes: schedule -> code on {ALONE_PG}: p50 {alone['p50'] * 1000:.1f} ms,"
+                 f" p99 {alone['p99'] * 1000:.1f} ms.")
     lost = results["lost"]
-    lines += ["", "| kill -9 of a node -> its jobs lost | median | samples |", "|---|---:|---|",
-              f"| --node-timeout {lost['timeout']:g} | {lost['median']:.2f} s |"
-              f" {', '.join(f'{s:.2f} s' for s in lost['samples'])} |"]
-    return "\n".join(lines)
-
-
-def header(mode, took):
-    info, v = machine(), versions()
-    return (f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {info['nproc']} CPU(s), {info['cpu']};"
-            f" Python {info['python']}; netweir {v['netweir']}, netweir-serve"
-            f" {v['netweir-serve']}, Twisted {v['twisted']}; mode {mode.name}; took {took:.0f} s")
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench.cluster",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK.jobs} jobs {QUICK.reps} times, {QUICK.samples} samples,"
-                             " one kill (under a minute)")
-    parser.add_argument("--json", metavar="FILE", help="also write every measurement here")
-    args = parser.parse_args(argv)
-    mode = QUICK if args.quick else FULL
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    root = tempfile.mkdtemp(prefix="netweir-serve-cluster-")
-    bench = ClusterBench(mode, root)
-    load_before = load_average()
-    started = time.monotonic()
-    try:
-        bench.run()
-    finally:
-        bench.stop_all()
-        signal.signal(signal.SIGTERM, previous)
-        shutil.rmtree(root, ignore_errors=True)
-    took = time.monotonic() - started
-    load_after = load_average()
-    text = header(mode, took)
-    if load_before is not None and load_after is not None:
-        text += f"; load average {load_before:.2f} before, {load_after:.2f} after"
-    print(text + "\n\n" + render(bench.results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"header": text, "results": bench.results}, f, indent=1, default=str)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    lines.append(f"nodes: kill -9 -> lost, each kill: "
+                 + ", ".join(f"{s:.2f} s" for s in lost["samples"])
+                 + f" (--node-timeout {lost['timeout']:g}, a heartbeat every"
+                 f" {lost['timeout'] / BEATS_PER_TIMEOUT:g} s).")
+    return lines

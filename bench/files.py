@@ -1,15 +1,17 @@
-"""Job files by hand: `python -m bench.files` (not part of `python -m bench`).
+"""Job files: a file fetched over and over by many clients, and a big one
+fetched by a few at once, on each service.
 
-Starts `netweir serve` and netweir-serve as the benchmark does (bench/services.py:
-fresh --dir each, the benchmark's projects, --max-jobs 2 --keep 1000, loopback),
-writes the same items file beneath each one's DIR/items/one/trivial/, and measures:
+The file is written once and linked into each service's
+DIR/items/one/trivial/ (the same inode, so the same page cache), and
+measured as:
 
-- ``rate``: CONNS clients (from 127.0.0.2, .3... 4 each, under the per-address
-  cap) fetching the whole file over and over for SECONDS, after half a second of
-  warm-up: requests/s, and the service's CPU (utime + stime from /proc/PID/stat)
-  per request. Reps alternate between the services.
-- ``big``: FETCHERS clients fetching a BIG_MB file at once, whole; the service's
-  RSS before and its largest value while they fetch (sampled every 20 ms).
+- ``rate_figure``: CONNS clients (from 127.0.0.2, .3... 4 each, under the
+  per-address cap) fetching the whole file over and over for SECONDS, after
+  a warm-up: requests/s, and the service's CPU (utime + stime from
+  /proc/PID/stat) per request. Reps alternate between the services.
+- ``big_figure``: FETCHERS clients fetching a big file at once, whole; the
+  service's RSS before and its largest value while they fetch (sampled
+  every 20 ms).
 
 The client reads the headers of each answer and then discards the body in the
 kernel (``recv`` with MSG_TRUNC, which TCP supports on Linux): the bytes still
@@ -19,44 +21,24 @@ It keeps connections alive where the answer allows (netweir-serve: HTTP/1.1)
 and connects again for each request otherwise (`netweir serve`: HTTP/1.0).
 """
 
-import argparse
 import os
 import selectors
-import shutil
 import socket
-import sys
-import tempfile
+import statistics
 import threading
 import time
 
-from .projects import write_projects
-from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers
+from .figures import rounds
+from .services import cpu_seconds, rss_mb
 
 PER_SOURCE = 4
-TICKS = os.sysconf("SC_CLK_TCK")
 PATH = "/items/one/trivial/big.jl"
 DISCARD = bytearray(16 << 20)
 
 
-def service_cpu(pid, user_only=False):
-    """utime + stime of ``pid`` (or utime only), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + (0 if user_only else int(fields[12]))) / TICKS
-
-
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def write_file(directory, size_mb):
-    folder = os.path.join(directory, "items", "one", "trivial")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "big.jsonl")
+def write_file(path, size_mb):
+    """Writes ``size_mb`` MB of items lines at ``path``, then reads it
+    once, so that it is in the page cache, as a file served often is."""
     line = b'{"title": "' + b"x" * 100 + b'"}\n'
     with open(path, "wb") as f:
         chunk = line * 8192
@@ -65,11 +47,29 @@ def write_file(directory, size_mb):
             piece = chunk[:left]
             f.write(piece)
             left -= len(piece)
-    # In the page cache for both, as a file served often would be.
     with open(path, "rb") as f:
         while f.read(1 << 22):
             pass
     return path
+
+
+def _served(service):
+    return os.path.join(service.directory, "items", "one", "trivial", "big.jsonl")
+
+
+def place(services, source):
+    """Links the file ``source`` into each service's --dir as the items of
+    a job ``big`` (PATH), in place of any before."""
+    unplace(services)
+    for service in services:
+        os.makedirs(os.path.dirname(_served(service)), exist_ok=True)
+        os.link(source, _served(service))
+
+
+def unplace(services):
+    for service in services:
+        if os.path.exists(_served(service)):
+            os.unlink(_served(service))
 
 
 class _Fetcher:
@@ -187,10 +187,9 @@ def run_clients(port, connections, seconds, once=False):
     return counts
 
 
-def rate_rep(service, connections, seconds):
+def rate_rep(service, connections, seconds, warmup=0.5):
     """One rep: requests/s and ms of service CPU per request, counted from
-    the end of half a second of warm-up to the end."""
-    warmup = 0.5
+    the end of ``warmup`` seconds to the end."""
     selector = selectors.DefaultSelector()
     counts = {"ok": 0, "bad": 0, "errors": 0}
     fetchers = [_Fetcher(i, service.port, selector, counts) for i in range(connections)]
@@ -203,17 +202,17 @@ def rate_rep(service, connections, seconds):
         now = time.monotonic()
         if not measuring and now >= started + warmup:
             measuring = True
-            ok0, cpu0, wall0, client0 = (counts["ok"], service_cpu(service.pid), now,
+            ok0, cpu0, wall0, client0 = (counts["ok"], cpu_seconds(service.pid), now,
                                          time.process_time())
-            user0 = service_cpu(service.pid, user_only=True)
+            user0 = cpu_seconds(service.pid, user_only=True)
         if now >= end:
             break
         for key, mask in selector.select(0.05):
             key.data.event(mask)
     wall = time.monotonic() - wall0
     done = counts["ok"] - ok0
-    cpu = service_cpu(service.pid) - cpu0
-    user = service_cpu(service.pid, user_only=True) - user0
+    cpu = cpu_seconds(service.pid) - cpu0
+    user = cpu_seconds(service.pid, user_only=True) - user0
     client = time.process_time() - client0
     for f in fetchers:
         f.close()
@@ -247,80 +246,32 @@ def big_fetch(service, fetchers, size_mb):
             "mb_per_s": fetchers * size_mb / took}
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench.files", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", type=int, default=5, help="MB of the file (5)")
-    parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--big", type=int, default=500, help="MB of the big file (500)")
-    parser.add_argument("--fetchers", type=int, default=4)
-    parser.add_argument("--only", choices=("rate", "big"))
-    parser.add_argument("--ours", help="run netweir-serve with this command instead"
-                        " (e.g. another checkout's python -m netweir_serve)")
-    args = parser.parse_args(argv)
-
-    root = tempfile.mkdtemp(prefix="netweir-serve-bench-files-")
-    site = Site()
-    services = []
-    try:
-        projects = write_projects(os.path.join(root, "projects"), site.url)
-        for name, command in commands().items():
-            if name == OURS and args.ours:
-                command = args.ours.split()
-            service = Service(name, command, os.path.join(root, SLUGS[name]), projects,
-                              keep=1000)
-            service.start()
-            services.append(service)
-            print(f"{name}: port {service.port}, pid {service.pid},"
-                  f" RSS {rss_mb(service.pid):.1f} MB", file=sys.stderr)
-        if args.only != "big":
-            for service in services:
-                write_file(service.directory, args.size)
-            runs = {s.name: [] for s in services}
-            rss_before = {s.name: rss_mb(s.pid) for s in services}
-            for rep in range(args.reps):
-                order = services if rep % 2 == 0 else services[::-1]
-                for service in order:
-                    r = rate_rep(service, args.connections, args.seconds)
-                    runs[service.name].append(r)
-                    print(f"rep {rep + 1} {service.name}: {r['rps']:.0f} req/s,"
-                          f" {r['cpu_ms']:.2f} ms CPU/request ({r['user_ms']:.2f} in user"
-                          f" space; service {r['service_cpu']:.0%},"
-                          f" client {r['client_cpu']:.0%} of a CPU), errors {r['errors']}",
-                          file=sys.stderr)
-            print(f"\n{args.size} MB file, {args.connections} connections,"
-                  f" {args.reps} x {args.seconds:g} s (median)")
-            for name, rs in runs.items():
-                rps = sorted(r["rps"] for r in rs)[len(rs) // 2]
-                cpu = sorted(r["cpu_ms"] for r in rs)[len(rs) // 2]
-                print(f"  {name:14} {rps:8.0f} req/s  {cpu:6.2f} ms CPU/request")
-            theirs, ours = (sorted(r["rps"] for r in runs[s.name])[args.reps // 2]
-                            for s in services)
-            print(f"  ratio          {ours / theirs:8.2f}x")
-            time.sleep(1)
-            for service in services:
-                print(f"  {service.name:14} RSS {rss_before[service.name]:.1f} MB before,"
-                      f" {rss_mb(service.pid):.1f} MB after")
-        if args.only != "rate":
-            print(f"\n{args.big} MB file, {args.fetchers} clients at once")
-            for service in services:
-                write_file(service.directory, args.big)
-                r = big_fetch(service, args.fetchers, args.big)
-                print(f"  {service.name:14} RSS {r['before']:.1f} MB before, peak"
-                      f" {r['peak']:.1f} MB (+{r['peak'] - r['before']:.1f}), after"
-                      f" {r['after']:.1f}; {r['seconds']:.1f} s, {r['mb_per_s']:.0f} MB/s,"
-                      f" {r['ok']} whole, {r['errors']} errors")
-                os.unlink(os.path.join(service.directory, "items", "one", "trivial",
-                                       "big.jsonl"))
-    finally:
-        for service in services:
-            service.stop()
-        site.stop()
-        kill_leftovers(root)
-        shutil.rmtree(root, ignore_errors=True)
+def rate_figure(services, connections, seconds, reps, warmup=0.5, log=None):
+    """``reps`` interleaved rate reps per service on the file placed last;
+    per service the medians of requests/s and CPU per request, the errors,
+    and every rep."""
+    runs = {s.name: [] for s in services}
+    for n, service in rounds(services, reps):
+        r = rate_rep(service, connections, seconds, warmup)
+        runs[service.name].append(r)
+        if log:
+            log(f"  {service.name:14} rep {n + 1}: {r['rps']:,.0f} req/s, {r['cpu_ms']:.2f} ms"
+                f" of CPU a request ({r['user_ms']:.2f} in user space; service"
+                f" {r['service_cpu']:.0%}, client {r['client_cpu']:.0%} of a CPU),"
+                f" errors {r['errors']}")
+    return {name: {"rps": statistics.median(r["rps"] for r in rs),
+                   "cpu_ms": statistics.median(r["cpu_ms"] for r in rs),
+                   "errors": sum(r["errors"] for r in rs), "runs": rs}
+            for name, rs in runs.items()}
 
 
-if __name__ == "__main__":
-    main()
+def big_figure(services, fetchers, size_mb, log=None):
+    """``big_fetch`` on each service in turn, on the file placed last."""
+    found = {}
+    for service in services:
+        r = found[service.name] = big_fetch(service, fetchers, size_mb)
+        if log:
+            log(f"  {service.name:14} RSS {r['before']:.1f} MB before, peak {r['peak']:.1f} MB"
+                f" (+{r['peak'] - r['before']:.1f}), after {r['after']:.1f}; {r['seconds']:.1f} s,"
+                f" {r['mb_per_s']:,.0f} MB/s, {r['ok']} whole, {r['errors']} errors")
+    return found

@@ -1,104 +1,172 @@
-"""Figures for recurring schedules: firing lateness and idle CPU.
+"""Recurring schedules, against what netweir serve's users do instead: cron.
 
-``python -m bench.schedules [--quick]`` starts netweir-serve on the
-benchmark's projects, adds N schedules through addschedule.json (1,000, or
-200 with --quick), and measures:
+netweir serve has no schedules; a scrapyd-style setup runs a crontab line
+that posts schedule.json at the due time. So each figure here puts
+netweir-serve's own timer beside that:
 
-* firing lateness: from each firing's due time to its job being in the
-  job table (the job's ``created`` time in DIR/jobs.db, read after the run;
-  the due time is in the job's id), p50 and p99, with every schedule due in
-  the same few seconds — the worst case for one timer;
-* CPU per idle hour with the N schedules waiting (``every=1d``): the
-  service's CPU time over an idle minute, times 60.
-
-``netweir serve`` has no recurring schedules, so there is no ratio: the
-figures stand alone (docs/performance.md).
+- ``lateness``: N schedules of netweir-serve's all due in the same second
+  (``every`` chosen per schedule so that its first due time is that
+  second), from each due time to its job in the job table (the job's
+  ``created`` in DIR/jobs.db; the due time is in the job's id). Against
+  it, netweir serve driven as cron would drive it: at the due second, N
+  schedule.json requests, CRON_CONNECTIONS at a time (one client may hold
+  8 connections, more are closed unanswered, so N curls at once would
+  mostly fail), from the due second to each answer (the job is in its
+  table before it answers). Both services' slots are held by blockers, so
+  the jobs stay pending: what is measured is the queueing, not crawls
+  competing with it.
+- ``idle_cpu``: each service's CPU over an idle spell, per hour: ours with
+  N schedules waiting (``every=1d``), netweir serve with nothing to do
+  (cron itself is another process, not counted).
 """
 
-import argparse
+import math
 import os
-import shutil
 import sqlite3
-import tempfile
+import statistics
+import threading
 import time
 from datetime import datetime, timezone
 
-from .projects import write_projects
-from .services import OURS, Service, Site, commands, kill_leftovers
+from .figures import percentile, rounds
+from .services import OURS, run_seconds, wait_until
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Connections the cron driver uses at once: the per-address cap, from two
+# addresses of 4 each (a connection closed a moment ago may still count).
+CRON_CONNECTIONS = 8
+PER_SOURCE = 4
+# Seconds between the schedules' expected end of adding and their due time.
+MARGIN = 1.0
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+def in_parallel(work, items, threads=4):
+    """Calls ``work(item)`` for every item, ``threads`` at a time; the
+    first exception, if any, is raised once all are done."""
+    items = list(items)
+    lock = threading.Lock()
+    errors = []
+
+    def worker():
+        while True:
+            with lock:
+                if not items:
+                    return
+                item = items.pop()
+            try:
+                work(item)
+            except Exception as e:  # raised below
+                errors.append(e)
+
+    workers = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
 
 
-def percentile(values, fraction):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+def add_schedules(service, names, every):
+    """Adds a schedule of the ``trivial`` spider under each of ``names``,
+    its interval ``every()`` (seconds, asked just before each is sent);
+    the seconds it took."""
+    started = time.monotonic()
+
+    def add(name):
+        answer = service.post("addschedule.json", [("project", "one"), ("spider", "trivial"),
+                                                   ("name", name), ("every", str(every()))])
+        if answer.get("status") != "ok":
+            raise RuntimeError(f"{service.name}: addschedule.json refused: {answer}")
+
+    in_parallel(add, names)
+    return time.monotonic() - started
+
+
+def delete_schedules(service, names):
+    in_parallel(lambda name: service.post("delschedule.json", [("project", "one"),
+                                                               ("name", name)]), names)
+
+
+def idle_cpu(services, seconds, settle=2.0):
+    """{name: CPU seconds per hour} of each service over ``seconds`` of
+    doing nothing, measured at the same time, after ``settle`` seconds
+    (at most ``seconds``)."""
+    time.sleep(min(settle, seconds))
+    before = {s.name: run_seconds(s.pid) for s in services}
+    time.sleep(seconds)
+    return {s.name: (run_seconds(s.pid) - before[s.name]) * 3600 / seconds for s in services}
 
 
 def due_of(jobid):
+    """The due time in a schedule's job id (NAME-YYYYMMDDTHHMMSSZ)."""
     stamp = jobid.rsplit("-", 1)[1]
     return datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
-def measure(count, idle_seconds):
-    scratch = tempfile.mkdtemp(prefix="bench-schedules-")
-    site = Site()
-    service = None
+def _fired(service, prefix):
+    """[(job id, created)] of the jobs of the schedules named ``prefix``...,
+    read from the service's jobs.db beside it."""
+    path = os.path.join(service.directory, "jobs.db")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
-        projects = write_projects(os.path.join(scratch, "projects"), site.url)
-        service = Service(OURS, commands()[OURS], os.path.join(scratch, "ours"),
-                          {"one": projects["one"]}, max_jobs=2, keep=count * 3)
-        service.start()
-        # Idle: N schedules a day apart from their add time.
-        for n in range(count):
-            service.post("addschedule.json", [("project", "one"), ("spider", "trivial"),
-                                              ("every", "1d"), ("name", f"idle{n}")])
-        time.sleep(2)
-        before = cpu_seconds(service.pid)
-        time.sleep(idle_seconds)
-        idle_hour = (cpu_seconds(service.pid) - before) * 3600 / idle_seconds
-        # Lateness: N schedules added within a few seconds, each every 30 s,
-        # so they all come due in the same few seconds, twice.
-        for n in range(count):
-            service.post("addschedule.json", [("project", "one"), ("spider", "trivial"),
-                                              ("every", "30s"), ("name", f"busy{n}"),
-                                              ("overlap", "allow")])
-        time.sleep(65)
-        service.stop()
-        service = None
-        db = sqlite3.connect(os.path.join(scratch, "ours", "jobs.db"))
-        rows = db.execute("SELECT id, created FROM jobs WHERE schedule LIKE 'busy%'").fetchall()
-        db.close()
-        late = [created - due_of(jobid) for jobid, created in rows]
-        return {"schedules": count, "firings": len(late),
-                "lateness_p50_s": percentile(late, 0.5), "lateness_p99_s": percentile(late, 0.99),
-                "idle_cpu_s_per_hour": idle_hour}
+        return db.execute("SELECT id, created FROM jobs WHERE schedule LIKE ?",
+                          (prefix + "%",)).fetchall()
     finally:
-        if service is not None:
-            service.stop()
-        site.stop()
-        kill_leftovers(scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
+        db.close()
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench.schedules",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="200 schedules, 20 s idle")
-    args = parser.parse_args(argv)
-    count, idle = (200, 20) if args.quick else (1000, 60)
-    figures = measure(count, idle)
-    print(f"{figures['schedules']} schedules: {figures['firings']} firings, lateness p50"
-          f" {figures['lateness_p50_s'] * 1000:.0f} ms, p99"
-          f" {figures['lateness_p99_s'] * 1000:.0f} ms; idle CPU"
-          f" {figures['idle_cpu_s_per_hour']:.2f} s per hour")
-    return 0
+def timer_lateness(service, count, prefix, add_seconds):
+    """netweir-serve's own timer: ``count`` schedules named ``prefix``N,
+    all first due in one second, ``add_seconds`` (what adding as many took
+    before) plus MARGIN from now; seconds from each due time to its job,
+    once all have fired. The schedules are deleted afterwards."""
+    names = [f"{prefix}{n:04d}" for n in range(count)]
+    due = math.ceil(time.time() + add_seconds * 1.5 + MARGIN)
+    add_schedules(service, names, lambda: max(1, due - math.floor(time.time())))
+    rows = wait_until(lambda: (lambda r: r if len(r) >= count else None)(
+        _fired(service, prefix)), max(60, due - time.time() + 30 + count * 0.05),
+        f"{service.name}: {count} schedules to fire", interval=0.25)
+    delete_schedules(service, names)
+    return [created - due_of(jobid) for jobid, created in rows]
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def cron_lateness(service, count, connections=CRON_CONNECTIONS):
+    """What cron would do: at a whole second at least half a second away
+    (for the threads to be ready), ``count`` schedule.json requests,
+    ``connections`` at a time; seconds from that second to each answer."""
+    due = math.ceil(time.time() + 0.5)
+    left = list(range(count))
+    lock = threading.Lock()
+    late = []
+
+    def fire(source):
+        time.sleep(max(0.0, due - time.time()))
+        while True:
+            with lock:
+                if not left:
+                    return
+                left.pop()
+            service.schedule("one", "trivial", source=source)
+            late.append(time.time() - due)
+
+    sources = [f"127.0.2.{1 + n // PER_SOURCE}" for n in range(connections)]
+    in_parallel(fire, sources, threads=connections)
+    return late
+
+
+def lateness(services, count, reps, add_seconds, log=None):
+    """``reps`` interleaved rounds of ``count`` firings on each service
+    (ours by its timer, netweir serve by the cron driver); per service
+    p50 and p99 of every firing's lateness, pooled, and the samples."""
+    samples = {s.name: [] for s in services}
+    for n, service in rounds(services, reps):
+        if service.name == OURS:
+            late = timer_lateness(service, count, f"late{n}-", add_seconds)
+        else:
+            late = cron_lateness(service, count)
+        samples[service.name] += late
+        if log:
+            log(f"  {service.name:14} round {n + 1}: {len(late)} firings, p50"
+                f" {statistics.median(late) * 1000:,.0f} ms, max {max(late) * 1000:,.0f} ms")
+    return {name: {"p50": percentile(late, 50), "p99": percentile(late, 99), "samples": late}
+            for name, late in samples.items()}

@@ -26,6 +26,52 @@ OURS = "netweir-serve"
 SLUGS = {NETWEIR_SERVE: "theirs", OURS: "ours"}
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid):
+    """(command name, the fields after it) of /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 1:].split()
+
+
+def cpu_seconds(pid, user_only=False):
+    """CPU seconds the process ``pid`` has used so far: utime + stime, or
+    utime alone."""
+    fields = proc_stat(pid)[1]
+    return (int(fields[11]) + (0 if user_only else int(fields[12]))) / TICKS
+
+
+def run_seconds(pid):
+    """CPU seconds the threads of the process ``pid`` have run so far, to
+    the nanosecond (/proc/PID/task/*/schedstat; threads that have ended
+    are not counted): for spells too short for cpu_seconds' clock ticks."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            continue  # ended meanwhile
+    return total / 1e9
+
+
+def rss_mb(pid):
+    """The resident set (VmRSS) of the process ``pid``, in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def log(message):
+    """Progress, on standard error (the table goes to standard output)."""
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,15 +171,13 @@ class Service:
 
     def rss_mb(self):
         """The daemon process's resident set (VmRSS), in MB."""
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
+        return rss_mb(self.pid)
 
     # -- HTTP, one connection per call --------------------------------------
 
-    def call(self, method, path, params=(), timeout=30):
+    def call(self, method, path, params=(), timeout=30, source=None):
+        """One request on a connection of its own (from the loopback
+        address ``source``, if given); (status, the decoded JSON)."""
         query = urllib.parse.urlencode(list(params))
         headers = {"Connection": "close"}
         body = None
@@ -142,7 +186,8 @@ class Service:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
         elif query:
             path += "?" + query
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout,
+                                          source_address=(source, 0) if source else None)
         try:
             conn.request(method, "/" + path, body=body, headers=headers)
             answer = conn.getresponse()
@@ -153,12 +198,12 @@ class Service:
     def get(self, path, params=(), timeout=30):
         return self.call("GET", path, params, timeout)[1]
 
-    def post(self, path, params=(), timeout=30):
-        return self.call("POST", path, params, timeout)[1]
+    def post(self, path, params=(), timeout=30, source=None):
+        return self.call("POST", path, params, timeout, source)[1]
 
-    def schedule(self, project, spider, **arguments):
+    def schedule(self, project, spider, source=None, **arguments):
         form = [("project", project), ("spider", spider)] + list(arguments.items())
-        answer = self.post("schedule.json", form)
+        answer = self.post("schedule.json", form, source=source)
         if answer.get("status") != "ok":
             raise RuntimeError(f"{self.name}: schedule.json refused: {answer}")
         return answer["jobid"]
