@@ -2,6 +2,7 @@
 fed by events, and a real daemon before and after jobs end with each
 outcome."""
 
+import collections
 import os
 import signal
 
@@ -10,7 +11,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from netweir_serve.jobs.events import ENDED, QUEUED, STARTED, JobEvents
-from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord, StoreError
+from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, STATES, JobRecord, StoreError
 from netweir_serve.schedules.records import ScheduleRecord
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from prometheus_client import generate_latest
@@ -44,9 +45,13 @@ class FakeStore:
         self.lists = ([], [], [])
         self.reads = 0
 
-    def jobs(self, project=None):
+    def tally(self):
+        # What the real stores count in SQL, from the lists.
         self.reads += 1
-        return defer.succeed(self.lists)
+        counts = collections.Counter()
+        for state, records in zip(STATES, self.lists):
+            counts.update((state, r.project, r.node) for r in records)
+        return defer.succeed(dict(counts))
 
 
 class CollectorTests(unittest.TestCase):

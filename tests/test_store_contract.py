@@ -523,6 +523,19 @@ class JobStoreContract:
         self.assertEqual(reopened.version, latest)
         self.assertNotEqual(latest, initial)
 
+    @defer.inlineCallbacks
+    def test_tally_counts_by_state_project_and_node(self):
+        yield self.add_all(record("a"), record("b"), record("c"), record("n1", project="news"),
+                           record("w"))
+        yield self.finish("a", 5.0)
+        yield self.store.claim_next(NODE_B, ["news"], 6.0)
+        yield self.store.claim_next(NODE_A, ["shop"], 6.0)
+        yield self.store.cancel_pending("w", 7.0)
+        self.assertEqual((yield self.store.tally()), {
+            ("finished", "shop", NODE_A): 1, ("running", "shop", NODE_A): 1,
+            ("running", "news", NODE_B): 1, ("pending", "shop", None): 1,
+            ("finished", "shop", None): 1})
+
     # -- pruning ---------------------------------------------------------------
 
     @defer.inlineCallbacks

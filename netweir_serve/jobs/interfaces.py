@@ -78,6 +78,11 @@ class IJobStore(Interface):
     def counts():
         """A dict of how many jobs are pending, running and finished."""
 
+    def tally():
+        """How many jobs there are of each state, project and node: a dict
+        of ``(state, project, node)`` to a count, ``node`` None for a job no
+        node took. Counted by the table, no record read."""
+
     def recover(node, end_time, stats_of):
         """At start: every job still marked running on ``node`` is ended as
         lost, with the stats ``stats_of(record)`` returns. Jobs of other

@@ -31,7 +31,6 @@ from twisted.web.resource import Resource
 
 from .. import __version__
 from ..jobs.events import ENDED, QUEUED, STARTED
-from ..jobs.records import STATES
 from ..names import fold
 from .answer import write_error
 from .deferred import render_result
@@ -88,7 +87,7 @@ def _number(value):
 class ServiceMetrics:
     """The custom collector, and the subscriber that feeds it.
 
-    ``store`` is the IJobStore (its ``jobs()`` and ``version``);
+    ``store`` is the IJobStore (its ``tally()`` and ``version``);
     ``slots_free()`` and ``max_jobs`` say how much room there is;
     ``streams()`` how many /events streams are open (or None); ``nodes()``,
     for a shared table, IClusterStore.nodes (or None)."""
@@ -160,7 +159,7 @@ class ServiceMetrics:
         version = self._store.version
         if version == self._version:
             return defer.succeed(None)
-        reads = [self._store.jobs()]
+        reads = [self._store.tally()]
         if self._nodes is not None:
             reads.append(self._nodes())
         read = defer.gatherResults(reads, consumeErrors=True)
@@ -169,10 +168,9 @@ class ServiceMetrics:
 
     def _count(self, read, version):
         counts = defaultdict(int)
-        for state, records in zip(STATES, read[0]):
-            for record in records:
-                # The node that runs or ran it; a pending job has none yet.
-                counts[(state, record.project, record.node or "")] += 1
+        for (state, project, node), n in read[0].items():
+            # The node that runs or ran it; a pending job has none yet.
+            counts[(state, project, node or "")] += n
         if len(read) > 1:
             self._node_up = {node["name"]: 0 if node["dead"] else 1 for node in read[1]}
         self._by_state, self._version = dict(counts), version

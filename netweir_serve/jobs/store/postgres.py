@@ -40,7 +40,7 @@ from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
 from .postgres_schedules import PostgresScheduleTable
-from .sqlite import COLUMNS as SQLITE_COLUMNS
+from .sqlite import COLUMNS as SQLITE_COLUMNS, TALLY
 
 log = Logger()
 
@@ -527,6 +527,10 @@ class PostgresJobStore(PostgresScheduleTable):
             return found
 
         return self._read(count)
+
+    def tally(self):
+        return self._read(lambda tx: {(state, project, node): n for state, project, node, n in
+                                      tx.all(TALLY)})
 
     def running(self, node=None):
         return self._read(lambda tx: _running(tx, node))

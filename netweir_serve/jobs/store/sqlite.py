@@ -58,6 +58,9 @@ COLUMNS = (
 )
 # Listings never show stats, the one large column: they neither read nor decode it.
 LISTED = tuple(c for c in COLUMNS if c.name != "stats")
+# IJobStore.tally, the same statement on both backends.
+TALLY = "SELECT state, project, node, COUNT(*) FROM jobs GROUP BY state, project, node"
+
 # What the run policies ask of a pending job (jobs.policies), for a claim.
 _LEADER = tuple(c for c in COLUMNS
                 if c.name in ("seq", "id", "project", "spider", "spider_file", "locks"))
@@ -350,6 +353,10 @@ class SQLiteJobStore(ScheduleTable):
             return found
 
         return self._read(count)
+
+    def tally(self):
+        return self._read(lambda db: {(state, project, node): n for state, project, node, n in
+                                      db.execute(TALLY)})
 
     def running(self, node=None):
         def listing(db):
