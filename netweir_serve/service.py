@@ -183,6 +183,14 @@ class ServeService(service.Service):
             if adopted:
                 log.info("adopted {n} job(s) the last run left running", n=len(adopted))
 
+    def _job_table(self):
+        """The job table as the start-up line names it: with a shared one,
+        which node this is, since every node's log looks alike otherwise."""
+        if self.membership is None:
+            return self.store.location
+        return (f"{self.store.location}, shared, as node {self.membership.name}"
+                f" at {self.membership.url}")
+
     @defer.inlineCallbacks
     def _settle_then_start(self):
         config = self.config
@@ -198,9 +206,10 @@ class ServeService(service.Service):
                 return
         yield self._settle_left_running()
         yield self.pruner.prune_now()
-        log.info("netweir-serve listening on {places} with {dir};"
+        log.info("netweir-serve listening on {places} with {dir}; job table {table};"
                  " projects: {projects}; {max_jobs} job(s) at once",
                  places=", ".join(p.shown() for p in self.listening), dir=config.directory,
+                 table=self._job_table(),
                  projects=", ".join(f"{p.name}={p.path}" for p in config.projects) or "none",
                  max_jobs=config.max_jobs)
         for warning in config.warnings([p.reach for p in self.listening]):

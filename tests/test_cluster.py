@@ -413,6 +413,9 @@ class NodeDeathTests(ClusterTestCase):
         for entry in lost.values():
             self.assertEqual((entry["outcome"], entry["node"]), ("lost", "n0"))
         self.assertEqual(DECLARED.findall(self.outputs()), ["n0"])
+        # The log line that declares it names the jobs it lost.
+        self.assertIn(f"node n0 is silent past {TIMEOUT:g} s: declared dead; its running"
+                      f" job(s) {', '.join(sorted(mine))} marked lost", self.outputs())
         # Every node's /metrics says so, from the table.
         for via in (n1, n2):
             wait_until(lambda: self.nodes_up(via) == {"n0": 0, "n1": 1, "n2": 1}, 10,
@@ -426,8 +429,13 @@ class NodeDeathTests(ClusterTestCase):
             self.assertEqual(entry["outcome"], "finished")
             self.assertIn(entry["node"], ("n1", "n2"))
 
-        # Restarted, it ends its lost jobs' processes and serves again.
+        # Restarted, it ends its lost jobs' processes and serves again,
+        # saying that it comes back from the dead and which table it shares.
         n0.start()
+        from netweir_serve.jobs.store.postgres import shown
+        self.assertEqual(n0.output().count("node n0 rejoins the cluster at http://"), 1)
+        self.assertIn(f"job table {shown(self.jobs_db)}, shared,"
+                      f" as node n0 at http://127.0.0.1:{n0.port};", n0.output())
         wait_until(lambda: not any(alive(pid) for pid in pids), 15,
                    "the lost jobs' processes to be gone")
         for jobid, entry in lost.items():
@@ -582,6 +590,9 @@ class NetworkCutTests(ClusterTestCase):
         self.assertEqual(ended[long], ["lost"])
         self.assertEqual(sorted(ended[short]), ["finished", "lost"])
         self.assertEqual(DECLARED.findall(self.outputs()), ["cut"])
+        # Back, the cut node said which processes it ended.
+        self.assertRegex(cut.output(), r"node cut was declared dead while cut off from the job"
+                         r" table: ended the processes of job\(s\) [^;]*\b" + long + r"\b")
 
     def node_rows(self):
         with pg.admin_connection() as conn:

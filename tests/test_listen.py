@@ -337,6 +337,9 @@ class UnixAndTwoEndpointsTests(unittest.TestCase):
         status, answer = self.unix(host="crawl.example.com")
         self.assertEqual((status, answer["status"]), (200, "ok"))
         self.assertIn(f"listening on unix:{self.socket}", daemon.output())
+        # The start-up line names the job table, the SQLite file of its --dir.
+        self.assertIn(f"; job table {os.path.join(daemon.directory, 'jobs.db')}; projects:",
+                      daemon.output())
 
     def test_two_endpoints_at_once(self):
         daemon = self.start(f"tcp:{self.port}:interface=127.0.0.1", f"unix:{self.socket}",

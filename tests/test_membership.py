@@ -78,3 +78,120 @@ class JudgingTests(unittest.TestCase):
         self.assertEqual(len(self.store.judged), judged)
         self.beats(1)
         self.assertEqual(len(self.store.judged), judged + 1)
+
+
+class Listed:
+    """A finished job as the store's listing gives it."""
+
+    def __init__(self, jobid, node, outcome, end_time):
+        self.id, self.node, self.outcome, self.end_time = jobid, node, outcome, end_time
+
+
+class TellingStore(CutStore):
+    """A store whose answers the test sets: the node found dead, the jobs
+    its declaration ended, this node's own row as registration found it."""
+
+    def __init__(self):
+        super().__init__()
+        self.dead, self.lost, self.previous, self.alive, self.records = [], [], None, True, {}
+
+    def register_node(self, name, url, timeout=None, projects=()):
+        previous, self.previous = self.previous, None
+        return self._answer(previous)
+
+    def heartbeat(self, name):
+        return self._answer(self.alive)
+
+    def declare_dead(self, timeout, end_time=None, reason=None):
+        dead, self.dead = self.dead, []
+        self.lost = [Listed(jobid, node, "lost", end_time) for jobid, node in self.lost]
+        return self._answer(dead)
+
+    def jobs(self):
+        return self._answer(([], [], list(self.lost)))
+
+    def get(self, jobid):
+        return self._answer(self.records.get(jobid))
+
+
+class Launcher:
+    def __init__(self, running=()):
+        self.settled_ids, self.dropped, self.running = [], [], list(running)
+
+    def settled(self, record):
+        self.settled_ids.append(record.id)
+
+    def running_ids(self):
+        return list(self.running)
+
+    def drop(self, jobid):
+        self.dropped.append(jobid)
+
+
+class Finished:
+    state = "finished"
+
+
+class Running:
+    state = "running"
+
+
+class LogLineTests(unittest.TestCase):
+    """What a node's log says of the cluster: the jobs a dead node's
+    declaration ended, and a node coming back after being declared dead."""
+
+    def setUp(self):
+        from twisted.logger import formatEvent, globalLogPublisher
+        self.lines = []
+        observer = lambda event: self.lines.append(formatEvent(event))
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        self.clock = Clock()
+        self.store = TellingStore()
+
+    def node(self, launcher):
+        node = NodeMembership(self.store, launcher=launcher, poller=Poller(), timetable=None,
+                              clock=self.clock, name="n0", url="http://n0", timeout=TIMEOUT)
+        node.start()
+        self.addCleanup(node.stop)
+        return node
+
+    def said(self, words):
+        return [line for line in self.lines if words in line]
+
+    def test_a_dead_node_is_named_with_the_jobs_it_lost(self):
+        launcher = Launcher()
+        self.node(launcher)
+        self.clock.advance(TIMEOUT)
+        self.store.dead = ["n1", "n2"]
+        self.store.lost = [("b-job", "n1"), ("a-job", "n1")]
+        self.clock.advance(BEAT)
+        self.assertEqual(sorted(launcher.settled_ids), ["a-job", "b-job"])
+        self.assertEqual(self.said("is silent past"), [
+            "node n1 is silent past 6 s: declared dead; its running job(s) a-job, b-job"
+            " marked lost",
+            "node n2 is silent past 6 s: declared dead; it ran no job"])
+
+    def test_a_node_back_after_being_declared_dead_says_so_once(self):
+        self.store.previous = {"name": "n0", "url": "http://n0", "dead": True}
+        self.node(Launcher())
+        self.clock.advance(BEAT * 3)
+        self.assertEqual(self.said("rejoins"), [
+            "node n0 rejoins the cluster at http://n0: the other nodes had declared it dead,"
+            " and its jobs running then are recorded lost"])
+
+    def test_a_node_starting_after_a_clean_stop_says_nothing_of_it(self):
+        self.store.previous = {"name": "n0", "url": "http://n0", "dead": False}
+        self.node(Launcher())
+        self.assertEqual(self.said("rejoins"), [])
+
+    def test_found_dead_it_names_the_jobs_whose_processes_it_ends(self):
+        launcher = Launcher(running=["ended-meanwhile", "still-ours"])
+        self.store.records = {"ended-meanwhile": Finished(), "still-ours": Running()}
+        self.node(launcher)
+        self.store.alive = False
+        self.clock.advance(BEAT)
+        self.assertEqual(launcher.dropped, ["ended-meanwhile"])
+        self.assertEqual(self.said("declared dead while cut off"), [
+            "node n0 was declared dead while cut off from the job table: ended the processes"
+            " of job(s) ended-meanwhile (recorded lost); it rejoins and takes new work"])

@@ -68,8 +68,9 @@ class NodeMembership:
         another URL has the name), then beats and listens."""
         if callable(self.url):
             self.url = self.url()
-        yield self._store.register_node(self.name, self.url, timeout=self._timeout,
-                                        projects=self._projects)
+        previous = yield self._store.register_node(self.name, self.url, timeout=self._timeout,
+                                                   projects=self._projects)
+        self._say_rejoined(previous)
         self._in_touch_since = self._clock.seconds()
         self._store.on_notice(self._heard)
         started = self._beat.start(max(0.5, self._timeout / BEATS_PER_TIMEOUT), now=False)
@@ -123,18 +124,21 @@ class NodeMembership:
             self.log.warn("node {name}: cannot reach the job table: {why}", name=self.name,
                           why=e.message)
             return
-        for name in dead:
-            self.log.warn("node {dead} is silent past {s:g} s: declared dead, its running"
-                          " jobs marked lost", dead=name, s=self._timeout)
         if dead:
             self._poller.poll()
-            yield self._announce_lost(set(dead), declared_at)
+            lost = yield self._announce_lost(set(dead), declared_at)
+            for name in dead:
+                self.log.warn("node {dead} is silent past {s:g} s: declared dead; {jobs}",
+                              dead=name, s=self._timeout, jobs=_lost_jobs(lost.get(name)))
 
     @defer.inlineCallbacks
     def _announce_lost(self, dead, declared_at):
         """The running jobs of the nodes this one declared dead were ended
         lost by that statement, at ``declared_at``: announced here, once
-        (metrics, --notify, /events), as a job settled at start is."""
+        (metrics, --notify, /events), as a job settled at start is.
+        Returns the ids announced by node (None for a node whose jobs
+        could not be read)."""
+        lost = {name: [] for name in dead}
         try:
             finished = (yield self._store.jobs())[2]
             for listed in finished:
@@ -142,21 +146,35 @@ class NodeMembership:
                         and listed.end_time == declared_at):
                     record = yield self._store.get(listed.id)
                     self._launcher.settled(record or listed)
+                    lost[listed.node].append(listed.id)
         except StoreError as e:
             self.log.warn("node {name}: could not read the jobs it marked lost: {why}",
                           name=self.name, why=e.message)
+            return dict.fromkeys(dead)
+        return lost
+
+    def _say_rejoined(self, previous):
+        """A node the others declared dead is back under its name: said
+        once, here, since its jobs of then were recorded lost meanwhile."""
+        if previous is not None and previous["dead"]:
+            self.log.warn("node {name} rejoins the cluster at {url}: the other nodes had"
+                          " declared it dead, and its jobs running then are recorded lost",
+                          name=self.name, url=self.url)
 
     @defer.inlineCallbacks
     def _declared_dead(self):
         """Another node declared this one dead while it was cut off: its
         jobs are recorded lost, so their processes go, unrecorded again."""
-        self.log.warn("node {name} was declared dead while cut off from the job table:"
-                      " ending its jobs' processes (recorded lost) and carrying on",
-                      name=self.name)
+        dropped = []
         for jobid in self._launcher.running_ids():
             record = yield self._store.get(jobid)
             if record is None or record.state == FINISHED:
                 self._launcher.drop(jobid)
+                dropped.append(jobid)
+        self.log.warn("node {name} was declared dead while cut off from the job table:"
+                      " {ended}; it rejoins and takes new work", name=self.name,
+                      ended=(f"ended the processes of job(s) {', '.join(dropped)}"
+                             " (recorded lost)" if dropped else "it ran no job"))
         yield self._store.register_node(self.name, self.url, projects=self._projects)
 
     # -- what the others say -------------------------------------------------------
@@ -206,3 +224,12 @@ class NodeMembership:
         saved.addErrback(lambda f: self.log.warn(
             "job {jobid}: could not save its stats: {why}", jobid=record.id,
             why=getattr(f.value, "message", f.value)))
+
+
+def _lost_jobs(ids):
+    """The jobs a dead node's declaration ended, as its log line says."""
+    if ids is None:
+        return "its running jobs marked lost (which could not be read)"
+    if not ids:
+        return "it ran no job"
+    return f"its running job(s) {', '.join(sorted(ids))} marked lost"

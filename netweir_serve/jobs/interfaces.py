@@ -24,6 +24,10 @@ class IJobStore(Interface):
         " not shared is settled whole at start: every job it shows running is"
         " stale, whatever node name claimed it.")
 
+    location = Attribute(
+        "Where the table is, as a log line may show it: the SQLite file's"
+        " path, or a PostgreSQL URL without its password.")
+
     version = Attribute(
         "An int that changes whenever any job or schedule changes (added,"
         " claimed, started, ended, forgotten), for whichever service changed"

@@ -242,7 +242,7 @@ class PostgresJobStore(PostgresScheduleTable):
         self._clock = clock
         self._reactor = reactor if reactor is not None else clock
         self._conninfo = conninfo_of(url)
-        self._shown = shown(url)
+        self._shown = self.location = shown(url)
         # Tells this store's own notices from the others'.
         self._origin = secrets.token_hex(8)
         self._closed = False

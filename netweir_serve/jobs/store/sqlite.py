@@ -104,6 +104,7 @@ class SQLiteJobStore(ScheduleTable):
     def __init__(self, path, clock, busy_timeout=BUSY_TIMEOUT, patience=WRITE_PATIENCE):
         self._clock = clock
         self._patience = patience
+        self.location = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                    timeout=OPEN_BUSY_TIMEOUT)
         self._db.execute("PRAGMA journal_mode=WAL")
