@@ -33,6 +33,8 @@ from .cluster.membership import NodeMembership
 from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
+from .watching.builds import ListingBuilds
+from .watching.lag import ReactorLag
 from .web.answer import name_node
 from .web.api import Api
 from .web.elsewhere import Owners
@@ -119,6 +121,8 @@ class ServeService(service.Service):
         self._settle_retry = None
         # Set (by makeService) when the job table is shared with other nodes.
         self.membership = None
+        # watching.lag.ReactorLag, set by makeService: runs while the service does.
+        self.reactor_lag = None
         # Why the service could not start, once it has stopped for it.
         self.failure = None
 
@@ -159,6 +163,8 @@ class ServeService(service.Service):
 
     def startService(self):
         super().startService()
+        if self.reactor_lag is not None:
+            self.reactor_lag.start()
         self.started = self._settle_then_start()
 
     @defer.inlineCallbacks
@@ -234,6 +240,8 @@ class ServeService(service.Service):
         self.timetable.stop()
         if self.membership is not None:
             self.membership.stop()
+        if self.reactor_lag is not None:
+            self.reactor_lag.stop()
         yield self.poller.stop()
         self.pruner.stop()
         running = self.launcher.running_count()
@@ -361,8 +369,10 @@ def makeService(config, reactor):
     if store.shared:
         # The other nodes' jobs too, from the store's notices.
         hub.hear_cluster(store, config.node)
+    listing_builds = ListingBuilds()
     metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams,
-                             nodes=store.nodes if store.shared else None)
+                             nodes=store.nodes if store.shared else None,
+                             listing_builds=listing_builds)
     metrics.subscribe(events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
              secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)
@@ -376,7 +386,8 @@ def makeService(config, reactor):
         lambda f: log.failure("could not read the schedules for /metrics", f))
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
               max_per_spider=config.max_jobs_per_spider, history=history,
-              owners=Owners(store, config.node, reactor) if store.shared else None)
+              owners=Owners(store, config.node, reactor) if store.shared else None,
+              listing_builds=listing_builds)
     watching = {b"events": Events(hub),
                 b"metrics": Metrics(metrics)}
     root = Root(api, config.directory, pages={**site_pages(api), **watching},
@@ -391,6 +402,7 @@ def makeService(config, reactor):
                                           config.node_timeout,
                                           projects=config.projects.names())
         serve.membership.subscribe(events)
+    serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag)
     return serve
 
 

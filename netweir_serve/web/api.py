@@ -6,6 +6,7 @@ from ..jobs.history import read_history
 from ..jobs.policies import RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
+from ..watching.builds import ListingBuilds
 from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
@@ -29,7 +30,7 @@ class Api:
     """What the endpoints work with: the parts of the service they call."""
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
-                 max_per_spider=None, history=None, owners=None):
+                 max_per_spider=None, history=None, owners=None, listing_builds=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -44,6 +45,8 @@ class Api:
         # web/elsewhere.Owners with a shared job table: the files and history
         # of a job another node ran are asked of that node.
         self.owners = owners
+        # Listings built from the table, by endpoint (/metrics shows them).
+        self.listing_builds = listing_builds or ListingBuilds()
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -65,7 +68,8 @@ class DaemonStatus(ApiEndpoint):
 
     def __init__(self, api):
         super().__init__(api)
-        self._cache = VersionCache(lambda: api.store)
+        self._cache = VersionCache(lambda: api.store,
+                                   built=api.listing_builds.counter("daemonstatus.json"))
 
     def answer(self, params, request):
         return self._cache.answer(None, self._build)
@@ -139,7 +143,8 @@ class ListJobs(ApiEndpoint):
 
     def __init__(self, api):
         super().__init__(api)
-        self._cache = VersionCache(lambda: api.store)
+        self._cache = VersionCache(lambda: api.store,
+                                   built=api.listing_builds.counter("listjobs.json"))
 
     def answer(self, params, request):
         project = params.name("project", required=False)

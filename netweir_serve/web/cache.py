@@ -13,10 +13,12 @@ class VersionCache:
     most ``max_answers`` of them.
 
     ``store_of()`` gives the store (looked up when asked, so endpoints can
-    be made before the store is)."""
+    be made before the store is); ``built()``, when given, is called each
+    time an answer is built rather than kept (watching.builds)."""
 
-    def __init__(self, store_of, max_answers=MAX_ANSWERS):
+    def __init__(self, store_of, max_answers=MAX_ANSWERS, built=None):
         self._store_of = store_of
+        self._built = built
         self._max_answers = max_answers
         self._version = None
         self._answers = {}
@@ -30,6 +32,8 @@ class VersionCache:
             self._version = version
         if key in self._answers:
             return self._answers[key]
+        if self._built is not None:
+            self._built()
         return build().addCallback(self._keep, version, key)
 
     def _keep(self, answer, version, key):

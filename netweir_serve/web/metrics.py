@@ -32,6 +32,8 @@ from twisted.web.resource import Resource
 from .. import __version__
 from ..jobs.events import ENDED, QUEUED, STARTED
 from ..names import fold
+from ..watching.builds import ListingBuilds
+from ..watching.lag import LAG_BUCKETS
 from .answer import write_error
 from .deferred import render_result
 from .pages import refuse_method
@@ -90,10 +92,17 @@ class ServiceMetrics:
     ``store`` is the IJobStore (its ``tally()`` and ``version``);
     ``slots_free()`` and ``max_jobs`` say how much room there is;
     ``streams()`` how many /events streams are open (or None); ``nodes()``,
-    for a shared table, IClusterStore.nodes (or None)."""
+    for a shared table, IClusterStore.nodes (or None); ``listing_builds``
+    (watching.builds.ListingBuilds) counts the listings built from the
+    table, this collector's own reads included; ``reactor_lag``, a
+    Histogram with no labels that watching.lag.ReactorLag fills."""
 
-    def __init__(self, store, slots_free, max_jobs, streams=None, nodes=None):
+    def __init__(self, store, slots_free, max_jobs, streams=None, nodes=None,
+                 listing_builds=None, reactor_lag=None):
         self._store = store
+        self._listing_builds = listing_builds if listing_builds is not None else ListingBuilds()
+        self._built = self._listing_builds.counter("/metrics")
+        self.reactor_lag = reactor_lag if reactor_lag is not None else Histogram(LAG_BUCKETS)
         self._slots_free = slots_free
         self._max_jobs = max_jobs
         self._streams = streams
@@ -159,6 +168,7 @@ class ServiceMetrics:
         version = self._store.version
         if version == self._version:
             return defer.succeed(None)
+        self._built()
         reads = [self._store.tally()]
         if self._nodes is not None:
             reads.append(self._nodes())
@@ -215,6 +225,11 @@ class ServiceMetrics:
                             ["project"], self.firings)
         yield self._counter(f"{p}_schedule_skips", "Runs of recurring schedules skipped"
                             " (overlap)", ["project"], self.skips)
+        yield self._counter(f"{p}_listing_builds", "Listings built from the job table"
+                            " rather than answered from a cache, by endpoint", ["endpoint"],
+                            {(name,): n for name, n in self._listing_builds.counts.items()})
+        yield self.reactor_lag.family(f"{p}_reactor_lag_seconds", "How late a timer asked"
+                                      " to run every 100 ms ran: the reactor's stalls", [])
 
     @staticmethod
     def _counter(name, documentation, label_names, values):

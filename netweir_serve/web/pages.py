@@ -250,12 +250,12 @@ class Jobs(HtmlPage):
     job table, so they are kept per version of it; running rows carry a
     runtime and are made on each request. Schedules follow the jobs."""
 
-    def __init__(self, store, timetable=None, clock=time.time):
+    def __init__(self, store, timetable=None, clock=time.time, built=None):
         super().__init__()
         self.store = store
         self.timetable = timetable
         self.clock = clock
-        self._cache = VersionCache(lambda: self.store)
+        self._cache = VersionCache(lambda: self.store, built=built)
         self.columns = COLUMNS + (NODE_COLUMN,) if store.shared else COLUMNS
 
     def page(self, request):
@@ -292,5 +292,5 @@ class Jobs(HtmlPage):
 
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
-    return {b"": Home(api.projects), b"jobs": Jobs(api.store, api.timetable),
-            b"dashboard": static_files()}
+    jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"))
+    return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files()}
