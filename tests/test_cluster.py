@@ -381,6 +381,42 @@ class SharedQueueTests(ClusterTestCase):
                    "the stubborn crawl and its child to be gone")
 
 
+class CacheTests(ClusterTestCase):
+    def test_listings_stay_cached_while_ten_jobs_only_make_progress(self):
+        nodes = [self.node("n0", 4), self.node("n1", 3), self.node("n2", 3)]
+        jobs = [nodes[0].must_schedule("shop", "slow", delay="0.2") for _ in range(10)]
+        on = {jobid: self.running_on(nodes[0], jobid) for jobid in jobs}
+        self.assertEqual(collections.Counter(on.values()), {"n0": 4, "n1": 3, "n2": 3})
+        elsewhere = next(j for j in jobs if on[j] == "n1")
+
+        def saved():
+            # The stats n1 saved of its job, as n0 reads them from the table.
+            return nodes[0].get("jobstats.json", {"job": elsewhere})[1]["stats"] or {}
+
+        def builds(via):
+            found = samples(via.call("GET", "/metrics")[2].decode())
+            return {dict(labels)["endpoint"]: n for (name, labels), n in found.items()
+                    if name == "netweir_serve_listing_builds_total"
+                    and dict(labels)["endpoint"] != "/metrics"}
+
+        wait_until(lambda: saved().get("fetched"), 20, "n1 to save its job's stats")
+        for via in nodes:
+            for path in ("listjobs.json", "daemonstatus.json", "jobs"):
+                via.call("GET", path)
+        first, before = saved()["fetched"], [builds(via) for via in nodes]
+        # Two more saves of every running job's stats, 5 s apart, while the
+        # listings are asked for as a dashboard would.
+        deadline = time.monotonic() + 11
+        while time.monotonic() < deadline:
+            for via in nodes:
+                for path in ("listjobs.json", "daemonstatus.json", "jobs"):
+                    self.assertEqual(via.call("GET", path)[0], 200)
+            time.sleep(0.5)
+        self.assertGreater(saved()["fetched"], first)
+        self.assertEqual([builds(via) for via in nodes], before)
+        self.assertEqual([len(b) for b in before], [3, 3, 3])
+
+
 class NodeDeathTests(ClusterTestCase):
     def test_kill_9_of_a_node_its_jobs_lost_once_its_pending_run_elsewhere(self):
         n0 = self.node("n0", 2)

@@ -268,8 +268,11 @@ class NoticeTests(StoreCase):
         self.assertEqual((yield heard(notices.CLAIMED, "one")).node, "node-a")
         yield a.mark_started("one", 42)
         yield heard(notices.STARTED, "one")
+        before = a.version
         yield a.save_stats("one", {"items": 3})
         yield heard(notices.STATS, "one")
+        # Progress alone moves no version: answers cached on it stay good.
+        self.assertEqual((a.version, b.version), (before, before))
         yield a.mark_cancel_requested("one")
         # The owner is named: the node that must do the cancelling.
         self.assertEqual((yield heard(notices.CANCEL, "one")).node, "node-a")

@@ -31,7 +31,9 @@ class IJobStore(Interface):
     version = Attribute(
         "An int that changes whenever any job or schedule changes (added,"
         " claimed, started, ended, forgotten), for whichever service changed"
-        " it, so answers built from the table can be cached. Read at once, not"
+        " it, so answers built from the table can be cached. A running job's"
+        " saved stats (IClusterStore.save_stats) do not move it: no listing"
+        " shows them, and they are saved every few seconds per running job. Read at once, not"
         " a Deferred: dashboards poll answers cached on it. A shared backend"
         " keeps it current from the other nodes' notices, so it may trail"
         " their changes by the time a notice takes.")

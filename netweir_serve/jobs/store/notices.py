@@ -26,6 +26,9 @@ NODE = "node"              # a node registered, or was declared dead
 PRUNED = "pruned"          # finished jobs were forgotten (past --keep)
 CHANGED = "changed"        # anything: re-read (the LISTEN connection came back)
 
+# Notices of progress alone: they move no store's version (no listing, no
+# cached answer and no count shows a running job's stats).
+PROGRESS = (STATS,)
 KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, PRUNED, CHANGED)
 
 

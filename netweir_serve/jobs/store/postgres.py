@@ -35,7 +35,7 @@ from ..records import (
     FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
 from .columns import Column, dump_json, record_of, select_list
 from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
-from .notices import PRUNED
+from .notices import PROGRESS, PRUNED
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
@@ -319,6 +319,13 @@ class PostgresJobStore(PostgresScheduleTable):
         # at the end: the row lock on store_meta is held only until the
         # commit, and commits (so versions, and the notices' order) follow it.
         tails = list(dict.fromkeys(payload_tail(self._origin, *n) for n in tx.notices))
+        if all(kind in PROGRESS for kind, _, _ in tx.notices):
+            # Progress only (stats saved): watchers hear it, but no listing
+            # shows it, so the version, and every answer cached on it, stay.
+            rows = tx.all(
+                "SELECT version, pg_notify(%s, version::text || ' ' || tail)"
+                " FROM store_meta, unnest(%s::text[]) AS tail", (CHANNEL, tails))
+            return result, None
         rows = tx.all(
             "WITH bumped AS (UPDATE store_meta SET version = version + 1 RETURNING version)"
             " SELECT bumped.version, pg_notify(%s, bumped.version::text || ' ' || tail)"
