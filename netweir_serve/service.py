@@ -29,6 +29,7 @@ from .jobs.scheduler import Scheduler
 from .jobs.store import open_store
 from .jobs.store.migrations import NewerSchema
 from .jobs.submit import JobSubmitter
+from .cluster.jobs import ClusterJobs
 from .cluster.membership import NodeMembership
 from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
@@ -367,8 +368,8 @@ def makeService(config, reactor):
     hub = EventHub(reactor, launcher.running_stats)
     hub.subscribe(events)
     if store.shared:
-        # The other nodes' jobs too, from the store's notices.
-        hub.hear_cluster(store, config.node)
+        # The other nodes' jobs as job events too, read while /events is watched.
+        ClusterJobs(store, events, config.node, wanted=hub.streams, resync=hub.resync).start()
     listing_builds = ListingBuilds()
     metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams,
                              nodes=store.nodes if store.shared else None,

@@ -14,6 +14,7 @@ from twisted.trial import unittest
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
+from netweir_serve.cluster.jobs import ClusterJobs
 from netweir_serve.jobs.events import CHANGED, ENDED, QUEUED, STARTED, JobEvents
 from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord, StoreError
 from netweir_serve.jobs.store import notices
@@ -188,8 +189,19 @@ class HeldStore:
             d.callback(self.records.get(jobid))
 
 
+class ElsewhereTests(unittest.TestCase):
+    def test_only_subscribers_that_ask_hear_the_other_nodes_jobs(self):
+        events, local, every = JobEvents(), [], []
+        events.subscribe(lambda kind, record: local.append(record.id))
+        events.subscribe(lambda kind, record: every.append(record.id), elsewhere=True)
+        events.publish(ENDED, job(id="here"))
+        events.publish(ENDED, job(id="there", node="b"), elsewhere=True)
+        self.assertEqual((local, every), (["here"], ["here", "there"]))
+
+
 class ClusterHubTests(unittest.TestCase):
-    """The other nodes' jobs, heard as store notices, on the hub."""
+    """The other nodes' jobs, heard as store notices by cluster/jobs.py and
+    published as job events, on the hub."""
 
     def setUp(self):
         self.events = JobEvents()
@@ -197,7 +209,12 @@ class ClusterHubTests(unittest.TestCase):
         self.stats = {}
         self.hub = EventHub(Clock(), self.stats.get, time=lambda: 50.0)
         self.hub.subscribe(self.events)
-        self.hub.hear_cluster(self.store, "a")
+        ClusterJobs(self.store, self.events, "a", wanted=self.hub.streams,
+                    resync=self.hub.resync).start()
+        # What this node counts, records and notifies (metrics, history,
+        # --notify) subscribes as these do: to its own jobs only.
+        self.heard_locally = []
+        self.events.subscribe(lambda kind, record: self.heard_locally.append(record.id))
         self.request = FakeRequest()
         self.hub.open(self.request)
 
@@ -233,6 +250,7 @@ class ClusterHubTests(unittest.TestCase):
             (RUNNING, "b", 9, {"items": 6}, True, None),
             (FINISHED, "b", None, {"items": 7, "finish_reason": "interrupted"}, None,
              "cancelled")])
+        self.assertEqual(self.heard_locally, [])
         # The very entry a local event of the same record gives.
         local = FakeRequest()
         self.hub.open(local)
@@ -293,7 +311,7 @@ class ClusterHubTests(unittest.TestCase):
 
     def test_a_failed_read_is_logged_once_with_the_job_and_the_hub_carries_on(self):
         logged = []
-        from netweir_serve.web import events as module
+        from netweir_serve.cluster import jobs as module
         self.patch(module, "log", _Log(logged))
         self.store.tell(notices.STATS, "j1", "b")
         self.store.tell(notices.STATS, "j1", "b")

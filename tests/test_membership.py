@@ -36,7 +36,7 @@ class CutStore:
 
     def declare_dead(self, timeout, end_time=None, reason=None):
         self.judged.append(end_time)
-        return self._answer([])
+        return self._answer({})
 
 
 class Poller:
@@ -104,11 +104,9 @@ class TellingStore(CutStore):
 
     def declare_dead(self, timeout, end_time=None, reason=None):
         dead, self.dead = self.dead, []
-        self.lost = [Listed(jobid, node, "lost", end_time) for jobid, node in self.lost]
-        return self._answer(dead)
-
-    def jobs(self):
-        return self._answer(([], [], list(self.lost)))
+        return self._answer({name: [Listed(jobid, node, "lost", end_time)
+                                    for jobid, node in self.lost if node == name]
+                             for name in dead})
 
     def get(self, jobid):
         return self._answer(self.records.get(jobid))

@@ -391,7 +391,7 @@ class NodeTests(StoreCase):
                 [store.declare_dead(30) for store in (a, b, a, b)])
             every = [name for answer in answers for name in answer]
             self.assertEqual(sorted(every), sorted(silent), answers)
-            self.assertEqual((yield a.declare_dead(30)), [])
+            self.assertEqual((yield a.declare_dead(30)), {})
             dead = {n["name"] for n in (yield b.nodes()) if n["dead"]}
             self.assertEqual(dead, set(silent))
             self.assertIs((yield a.heartbeat(silent[0])), False)
@@ -410,7 +410,10 @@ class NodeTests(StoreCase):
         self.assertIs((yield store.save_stats("waiting", {"items": 1})), False)
         self.assertEqual((yield store.get("a1")).stats, {"items": 7})
         self.age("a")
-        self.assertEqual((yield store.declare_dead(30, end_time=9.0)), ["a"])
+        lost = yield store.declare_dead(30, end_time=9.0)
+        self.assertEqual({name: [r.id for r in records] for name, records in lost.items()},
+                         {"a": ["a1", "a2"]})
+        self.assertEqual(lost["a"][0].outcome, "lost")
         a1, a2 = (yield store.get("a1")), (yield store.get("a2"))
         self.assertEqual((a1.state, a1.outcome, a1.end_time, a1.stats, a1.pid),
                          ("finished", "lost", 9.0, {"items": 7}, 10))

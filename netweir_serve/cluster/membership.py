@@ -126,32 +126,13 @@ class NodeMembership:
             return
         if dead:
             self._poller.poll()
-            lost = yield self._announce_lost(set(dead), declared_at)
-            for name in dead:
-                self.log.warn("node {dead} is silent past {s:g} s: declared dead; {jobs}",
-                              dead=name, s=self._timeout, jobs=_lost_jobs(lost.get(name)))
-
-    @defer.inlineCallbacks
-    def _announce_lost(self, dead, declared_at):
-        """The running jobs of the nodes this one declared dead were ended
-        lost by that statement, at ``declared_at``: announced here, once
-        (metrics, --notify, /events), as a job settled at start is.
-        Returns the ids announced by node (None for a node whose jobs
-        could not be read)."""
-        lost = {name: [] for name in dead}
-        try:
-            finished = (yield self._store.jobs())[2]
-            for listed in finished:
-                if (listed.node in dead and listed.outcome == "lost"
-                        and listed.end_time == declared_at):
-                    record = yield self._store.get(listed.id)
-                    self._launcher.settled(record or listed)
-                    lost[listed.node].append(listed.id)
-        except StoreError as e:
-            self.log.warn("node {name}: could not read the jobs it marked lost: {why}",
-                          name=self.name, why=e.message)
-            return dict.fromkeys(dead)
-        return lost
+        for name, lost in dead.items():
+            self.log.warn("node {dead} is silent past {s:g} s: declared dead; {jobs}",
+                          dead=name, s=self._timeout, jobs=_lost_jobs([r.id for r in lost]))
+            # Ended by that statement, here: announced by this node, once
+            # (metrics, --notify, /events), as a job settled at start is.
+            for record in lost:
+                self._launcher.settled(record)
 
     def _say_rejoined(self, previous):
         """A node the others declared dead is back under its name: said
@@ -228,8 +209,6 @@ class NodeMembership:
 
 def _lost_jobs(ids):
     """The jobs a dead node's declaration ended, as its log line says."""
-    if ids is None:
-        return "its running jobs marked lost (which could not be read)"
     if not ids:
         return "it ran no job"
     return f"its running job(s) {', '.join(sorted(ids))} marked lost"

@@ -1,9 +1,15 @@
 """Job events: what the parts of the service hear when a job moves on.
 
-One publisher, many subscribers (pruning and polling now; metrics, the
-dashboard's stream and notifications next). A subscriber is called with
-``(kind, record)`` in the publisher's call; one that raises is logged and
-the others still hear the event.
+One publisher, many subscribers (polling, pruning, the stats history,
+metrics, /events, notifications, the cluster's stats saves). A subscriber
+is called with ``(kind, record)`` in the publisher's call; one that raises
+is logged and the others still hear the event.
+
+With a shared job table, what the other nodes do to their jobs is
+published too (by cluster/jobs.py, from the store's notices), marked as
+happening elsewhere: only subscribers that ask for it hear those events
+(/events shows every node's jobs), so that what this node counts, records
+and notifies stays its own.
 """
 
 from twisted.logger import Logger
@@ -23,10 +29,11 @@ class JobEvents:
     def __init__(self):
         self._subscribers = []
 
-    def subscribe(self, callback, kinds=KINDS):
-        """Calls ``callback(kind, record)`` for each event of ``kinds``.
-        Returns a function that unsubscribes it."""
-        entry = (callback, frozenset(kinds))
+    def subscribe(self, callback, kinds=KINDS, elsewhere=False):
+        """Calls ``callback(kind, record)`` for each event of ``kinds``
+        of this node's jobs, and, with ``elsewhere``, of the other nodes'
+        too. Returns a function that unsubscribes it."""
+        entry = (callback, frozenset(kinds), elsewhere)
         self._subscribers.append(entry)
 
         def unsubscribe():
@@ -35,9 +42,11 @@ class JobEvents:
 
         return unsubscribe
 
-    def publish(self, kind, record):
-        for callback, kinds in list(self._subscribers):
-            if kind not in kinds:
+    def publish(self, kind, record, elsewhere=False):
+        """Tells the subscribers of ``kind``; ``elsewhere``: the change was
+        made by another node sharing the job table."""
+        for callback, kinds, hears_elsewhere in list(self._subscribers):
+            if kind not in kinds or (elsewhere and not hears_elsewhere):
                 continue
             try:
                 callback(kind, record)

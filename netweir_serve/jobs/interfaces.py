@@ -154,10 +154,11 @@ class IClusterStore(Interface):
 
     def declare_dead(timeout_seconds, end_time=None, reason=None):
         """Marks dead every live node silent for more than
-        ``timeout_seconds``; fires with the sorted names newly marked, each
-        returned exactly once however many nodes ask at the same time. With
-        ``end_time``, their running jobs are ended lost in the same
-        transaction, as ``mark_lost`` does."""
+        ``timeout_seconds``; fires with a dict, by name sorted, of the nodes
+        newly marked, each returned exactly once however many nodes ask at
+        the same time. With ``end_time``, their running jobs are ended lost
+        in the same transaction, as ``mark_lost`` does, and each node's
+        value is the list of the JobRecords so ended (else empty lists)."""
 
     def nodes():
         """Every node known, by name: dicts of name, url, heartbeat and
@@ -245,7 +246,21 @@ class ILauncher(Interface):
         process is still the one it started."""
 
     def settled(record):
-        """Announces ("ended") a job that ended unwatched, recorded at start."""
+        """Announces ("ended") a job whose end this node recorded without
+        watching it: at start (jobs.adoption), or as lost when this node
+        declared the node that ran it dead (cluster.membership)."""
+
+    def running_ids():
+        """The ids of the jobs running here."""
+
+    def cancel_requested(jobid):
+        """Whether a cancel was asked of the job running here (False when it
+        does not run here)."""
+
+    def drop(jobid):
+        """Kills a job running here whose end another node has already
+        recorded (this node was declared dead meanwhile): its slot is freed
+        and nothing more is recorded of it. False if it does not run here."""
 
     def hand_over():
         """Lets go of every running job without stopping it, for the next

@@ -13,19 +13,13 @@ open stream:
 - ``event: resync``: ``{"time": ...}``, when changes may have been missed
   (below): read the listings again.
 
-With a shared job table (docs/cluster.md) the hub shows every node's jobs.
-This node's own changes come as its job events; what the other nodes do
-comes as store notices (IClusterStore.on_notice), each about one job: the
-hub reads that job's record from the store and sends it as the same
-``job`` event (a job running elsewhere with the stats its node last
-saved). Reads are coalesced per job: notices heard while a read of the job
-is under way make one more read once it is done, not one each, and with no
-stream open nothing is read. A read a local event of the same job
-overtook is not sent (it may be older than the event), and the job is read
-once more. A schedule another node changed comes from the Timetable's
-reload (``schedule_changed``). A CHANGED notice (the LISTEN connection is
-back after a loss: anything may have changed meanwhile, unheard) sends
-``resync``; pruned jobs send nothing, as this node's own prunes don't.
+With a shared job table (docs/cluster.md) the hub shows every node's jobs:
+it subscribes to the job events of the other nodes' jobs too, which
+cluster/jobs.py publishes from the store's notices (reading them only
+while a stream is open), and ``resync`` is called when changes may have
+been missed (the LISTEN connection came back). A schedule another node
+changed comes from the Timetable's reload (``schedule_changed``); pruned
+jobs send nothing, as this node's own prunes don't.
 
 A comment line goes to every stream each ``keepalive`` seconds (15), so
 that proxies and browsers keep an idle stream open.
@@ -49,15 +43,13 @@ import json
 import time
 from collections import OrderedDict
 
-from twisted.internet import defer
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
-from ..jobs.records import FINISHED, RUNNING, StoreError
-from ..jobs.store import notices
+from ..jobs.records import FINISHED, RUNNING
 from ..names import fold
 from .answer import write_error
 from .pages import refuse_method
@@ -79,11 +71,6 @@ def event_bytes(kind, data):
 
 
 KEEPALIVE = b": keep-alive\n\n"
-
-# The store notices about a job that /events shows (its record read again).
-JOB_NOTICES = frozenset((notices.QUEUED, notices.CLAIMED, notices.STARTED, notices.CANCEL,
-                         notices.STATS, notices.ENDED))
-
 
 @implementer(IPushProducer)
 class EventStream:
@@ -143,24 +130,13 @@ class EventStream:
             self.hub.remove(self)
 
 
-class _Reading:
-    """A read of one job's record under way, for the other nodes' notices."""
-
-    __slots__ = ("again", "overtaken")
-
-    def __init__(self):
-        self.again = False       # notices heard meanwhile: read once more
-        self.overtaken = False   # a local event of the job was sent meanwhile
-
-
 class EventHub:
     """Hears job events and schedule changes, and sends each to every
     stream. ``clock`` provides IReactorTime (the keep-alive timer);
     ``running_stats(jobid)`` is ``ILauncher.running_stats``; ``time`` gives
     the events' wall-clock time. Tell it the Timetable with
     ``show_schedules(timetable)`` for the schedule events' times and
-    ``deleted``, and a shared store with ``hear_cluster`` for the other
-    nodes' jobs."""
+    ``deleted``."""
 
     def __init__(self, clock, running_stats, keepalive=KEEPALIVE_SECONDS,
                  max_pending=MAX_PENDING, time=time.time):
@@ -172,33 +148,20 @@ class EventHub:
         self._timetable = None
         self._streams = []
         self._timer = None
-        self._store = None
-        self._node = None
-        self._reads = {}          # folded job id: _Reading
 
     def show_schedules(self, timetable):
         self._timetable = timetable
 
     def subscribe(self, events):
-        return events.subscribe(self.job_heard)
+        # Every node's jobs: the other nodes' come from cluster/jobs.py.
+        return events.subscribe(self.job_heard, elsewhere=True)
 
     def streams(self):
         return len(self._streams)
 
     # -- events ------------------------------------------------------------------
 
-    def hear_cluster(self, store, node):
-        """Shows what the other nodes do to jobs: ``store`` provides
-        IClusterStore (``on_notice``) and IJobStore (``get``); ``node`` is
-        this node's name. Returns the function that stops it."""
-        self._store = store
-        self._node = node
-        return store.on_notice(self.notice_heard)
-
     def job_heard(self, kind, record):
-        reading = self._reads.get(fold(record.id))
-        if reading is not None:
-            reading.overtaken = reading.again = True
         if self._streams:
             self._send_job(record)
 
@@ -215,49 +178,9 @@ class EventHub:
             entry["stats"] = record.stats
         self._broadcast(("job", fold(record.id)), event_bytes("job", entry))
 
-    def notice_heard(self, notice):
-        """A change another node made (a notices.StoreNotice)."""
-        if not self._streams:
-            return
-        if notice.kind == notices.CHANGED:
-            self._broadcast(("resync",), event_bytes("resync", {"time": round(self._time(), 3)}))
-        elif notice.kind in JOB_NOTICES and notice.jobid:
-            # A job of this node's: its own events say what it does. Its end
-            # recorded elsewhere (this node declared dead meanwhile) does not.
-            if notice.node == self._node and notice.kind != notices.ENDED:
-                return
-            self._read(notice.jobid)
-
-    def _read(self, jobid):
-        key = fold(jobid)
-        reading = self._reads.get(key)
-        if reading is not None:
-            reading.again = True
-            return
-        self._reads[key] = reading = _Reading()
-        read = defer.maybeDeferred(self._store.get, jobid)
-        read.addCallback(self._read_done, reading)
-        read.addErrback(self._not_shown, jobid)
-        read.addBoth(self._read_over, key, jobid, reading)
-
-    def _read_done(self, record, reading):
-        if record is not None and not reading.overtaken and self._streams:
-            self._send_job(record)
-
-    @staticmethod
-    def _not_shown(failure, jobid):
-        if failure.check(StoreError):
-            log.warn("job {jobid}: /events could not read what another node changed: {why}",
-                     jobid=jobid, why=failure.value.message)
-        else:
-            log.failure("job {jobid}: /events could not show what another node changed",
-                        failure, jobid=jobid)
-
-    def _read_over(self, _, key, jobid, reading):
-        if self._reads.get(key) is reading:
-            del self._reads[key]
-        if reading.again and self._streams:
-            self._read(jobid)
+    def resync(self):
+        """Changes may have been missed: every stream reads the listings again."""
+        self._broadcast(("resync",), event_bytes("resync", {"time": round(self._time(), 3)}))
 
     def schedule_changed(self, record):
         if not self._streams or self._timetable is None:

@@ -634,11 +634,11 @@ class PostgresJobStore(PostgresScheduleTable):
                 "UPDATE nodes SET dead = true WHERE NOT dead"
                 " AND heartbeat < now() - %s * interval '1 second' RETURNING name",
                 (float(timeout_seconds),))]
-            for name in names:
+            lost = {}
+            for name in sorted(names):
                 tx.changed(NODE, node=name)
-                if end_time is not None:
-                    _lose(tx, name, end_time, reason)
-            return sorted(names)
+                lost[name] = _lose(tx, name, end_time, reason) if end_time is not None else []
+            return lost
 
         return self._write(declare)
 
