@@ -1,0 +1,216 @@
+"""A job's policy: what it may take and what happens when it goes wrong.
+
+Pure values, no reactor and no I/O. A policy is given in three places,
+each a set of ``KEY=VALUE`` texts checked here: ``--policy`` rules for a
+project or one of its spiders (rules.py), a recurring schedule's
+parameters, and one job's ``_KEY`` parameters of schedule.json. The more
+particular wins key by key: a job's or a schedule's value over the
+spider's rule, the spider's rule over the project's (``JobPolicy.over``).
+"""
+
+import math
+import re
+from dataclasses import dataclass, fields, replace
+
+# Durations as a schedule's ``every`` takes them.
+_DURATION = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)([smhd]?)\Z")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Sizes in powers of 1024: 512M is 512 MiB.
+_SIZE = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)([KMGT]?)(?:i?B)?\Z", re.I)
+_BYTES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+MAX_DURATION = 366 * 86400
+MAX_RETRIES = 10
+# Below this a crawl's interpreter and Netweir hardly start.
+MIN_MEMORY = 64 << 20
+# Backoff: the first wait unless given, doubled per attempt up to the most.
+DEFAULT_BACKOFF = 60
+MAX_BACKOFF = 3600
+
+# What a retry may follow: outcomes and reasons. A user's cancel never.
+RETRYABLE = ("failed", "lost", "timeout", "stalled", "memory")
+DEFAULT_RETRY_ON = RETRYABLE
+
+
+class PolicyError(ValueError):
+    """A policy value that cannot be used; the message names the key and
+    the value, one sentence for the user."""
+
+    @property
+    def message(self):
+        return self.args[0]
+
+
+def parse_duration(key, text):
+    """Whole seconds, 1 s to 366 d, from ``90``, ``90s``, ``15m``, ``6h``, ``1d``."""
+    match = _DURATION.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise PolicyError(f"{key} {text!r} is not a duration: give seconds (90) or a number"
+                          " with s, m, h or d (90s, 15m, 6h, 1d)")
+    number, unit = match.groups()
+    seconds = float(number) * _SECONDS[unit]
+    if seconds < 1:
+        raise PolicyError(f"{key} {text!r} is too short: the least is 1s")
+    if seconds > MAX_DURATION:
+        raise PolicyError(f"{key} {text!r} is too long: the most is 366d")
+    if seconds != int(seconds):
+        raise PolicyError(f"{key} {text!r} is not a whole number of seconds")
+    return int(seconds)
+
+
+def parse_size(key, text, least=MIN_MEMORY):
+    """Bytes from ``512M``, ``2G``, ``1.5G`` (powers of 1024), at least ``least``."""
+    match = _SIZE.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise PolicyError(f"{key} {text!r} is not a size: give a number with K, M, G or T"
+                          " (512M, 2G; powers of 1024)")
+    number, unit = match.groups()
+    size = int(float(number) * _BYTES[unit.upper()])
+    if size < least:
+        raise PolicyError(f"{key} {text!r} is too small: the least is {least >> 20}M")
+    return size
+
+
+def parse_cpu(key, text):
+    """Cores, fractional: ``0.5``, ``2``."""
+    try:
+        cores = float(text)
+    except (TypeError, ValueError):
+        cores = math.nan
+    if not math.isfinite(cores) or cores <= 0:
+        raise PolicyError(f"{key} {text!r} is not a number of cores: give one above 0,"
+                          " such as 0.5 or 2")
+    if cores < 0.01:
+        raise PolicyError(f"{key} {text!r} is too little: the least is 0.01 of a core")
+    return cores
+
+
+def parse_retries(key, text):
+    if not isinstance(text, str) or not text.strip().isdigit():
+        raise PolicyError(f"{key} {text!r} is not a whole number of retries (0 to"
+                          f" {MAX_RETRIES})")
+    retries = int(text)
+    if retries > MAX_RETRIES:
+        raise PolicyError(f"{key} {text!r} is too many: the most is {MAX_RETRIES}")
+    return retries
+
+
+def parse_retry_on(key, text):
+    names = [name.strip() for name in text.split(",")] if isinstance(text, str) else []
+    if not names or not all(names):
+        raise PolicyError(f"{key} {text!r} names nothing: give outcomes or reasons from"
+                          f" {', '.join(RETRYABLE)}, separated by commas")
+    wrong = [name for name in names if name not in RETRYABLE]
+    if wrong:
+        raise PolicyError(f"{key} {text!r}: {wrong[0]!r} is not an outcome or reason a retry"
+                          f" may follow; give some of {', '.join(RETRYABLE)}")
+    return tuple(dict.fromkeys(names))
+
+
+# Each key, how its text is read, and how it is shown back.
+_PARSERS = {
+    "timeout": parse_duration, "stall": parse_duration, "expire": parse_duration,
+    "retries": parse_retries, "retry_on": parse_retry_on, "backoff": parse_duration,
+    "memory": parse_size, "cpu": parse_cpu,
+}
+KEYS = tuple(_PARSERS)
+
+
+def format_duration(seconds):
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_size(size):
+    for unit, bytes_ in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size % bytes_ == 0:
+            return f"{size // bytes_}{unit}"
+    return str(size)
+
+
+@dataclass(frozen=True)
+class JobPolicy:
+    """The policy of a job; None where a key is not given (no limit, no
+    retry). Build one from texts with ``parse``."""
+
+    timeout: int = None       # seconds running, then cancelled (reason timeout)
+    stall: int = None         # seconds without progress, then cancelled (stalled)
+    expire: int = None        # seconds pending, then dropped (expired)
+    retries: int = None       # retries after a retryable end (at most MAX_RETRIES)
+    retry_on: tuple = None    # the outcomes and reasons that retry
+    backoff: int = None       # the first wait before a retry, doubling
+    memory: int = None        # bytes the crawl's control group may use
+    cpu: float = None         # cores the crawl's control group may use
+
+    @classmethod
+    def parse(cls, texts, prefix=""):
+        """The policy ``texts`` ({key: text}, keys with ``prefix``) give;
+        a PolicyError naming the first bad key or value."""
+        values = {}
+        for given, text in texts.items():
+            key = given[len(prefix):] if given.startswith(prefix) else None
+            if key not in _PARSERS:
+                raise PolicyError(f"{given!r} is not a policy key: give {_listed(prefix)}")
+            values[key] = _PARSERS[key](given, text)
+        return cls(**values)
+
+    def over(self, under):
+        """This policy with ``under``'s values where this one has none."""
+        return replace(under, **{k: v for k, v in self.as_dict().items()})
+
+    def as_dict(self):
+        """The keys given, as values ({} for no policy)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    def shown(self):
+        """The keys given, as texts the parameters take back."""
+        shown = {}
+        for key, value in self.as_dict().items():
+            if key in ("timeout", "stall", "expire", "backoff"):
+                shown[key] = format_duration(value)
+            elif key == "memory":
+                shown[key] = format_size(value)
+            elif key == "retry_on":
+                shown[key] = ",".join(value)
+            elif key == "cpu":
+                shown[key] = f"{value:g}"
+            else:
+                shown[key] = value
+        return shown
+
+    def to_json(self):
+        """For a table's column: JSON-ready, None for no policy."""
+        values = self.as_dict()
+        if "retry_on" in values:
+            values["retry_on"] = list(values["retry_on"])
+        return values or None
+
+    @classmethod
+    def from_json(cls, values):
+        values = dict(values or {})
+        if "retry_on" in values:
+            values["retry_on"] = tuple(values["retry_on"])
+        return cls(**values)
+
+    def backoff_wait(self, attempt, jitter):
+        """Seconds to wait before attempt ``attempt`` + 1 (``attempt`` ended):
+        the first wait doubled per attempt up to an hour, plus ``jitter``
+        (0 to 1) times 10 %."""
+        first = self.backoff if self.backoff is not None else DEFAULT_BACKOFF
+        wait = min(first * 2 ** max(0, attempt - 1), max(first, MAX_BACKOFF))
+        return wait * (1 + 0.1 * jitter)
+
+    def retries_after(self, outcome, reason):
+        """Whether a job of this policy that ended so is retried (attempts
+        left aside): never after a cancel asked by a user."""
+        if not self.retries:
+            return False
+        retry_on = self.retry_on if self.retry_on is not None else DEFAULT_RETRY_ON
+        return outcome in retry_on or reason in retry_on
+
+
+def _listed(prefix):
+    return ", ".join(prefix + key for key in KEYS)
