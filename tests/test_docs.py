@@ -21,6 +21,7 @@ from twisted.trial import unittest
 from netweir_serve import cli, options
 from netweir_serve.web.api import endpoints
 
+from . import docsrun
 from .processes import ROOT, Daemon, free_port, request, wait_until
 
 DOCS = os.path.join(ROOT, "docs")
@@ -254,3 +255,22 @@ class ReadmeTests(unittest.TestCase):
                 self.assertEqual(entry["outcome"], "cancelled")
         self.assertEqual(
             seen, {"/schedule.json", "/listjobs.json", "/items/example/books/", "/cancel.json"})
+
+
+class PagesRunTests(unittest.TestCase):
+    """Every shell block of the pages that talk to the service, run in
+    the order written against real services (tests/docsrun.py)."""
+
+    def session(self, site=True):
+        shop = None
+        if site:
+            shop = ExampleSite()
+            self.addCleanup(shop.stop)
+        return docsrun.Session(self, site=shop)
+
+    def test_getting_started(self):
+        page = os.path.join(DOCS, "getting-started.md")
+        skipped = docsrun.run_page(self, page, self.session())
+        self.assertEqual([b.text for b in skipped], [
+            ".venv/bin/netweir-serve --project example=examples/spiders"
+            " --dir examples/netweir-serve\n"])

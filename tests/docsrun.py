@@ -1,0 +1,499 @@
+"""The shell blocks of the docs, run as written against real services.
+
+A page is read as a list of fenced blocks. Those that talk to the service
+(curl lines, ``netweir-serve``, ``twistd``, ``psql``/``createdb``) become
+*steps*: a command, and the answer the page shows for it, if any. Two ways
+of showing an answer are understood:
+
+- a block of ``$ command`` lines, each followed by its answer;
+- a ```` ```sh ```` block directly followed (blank lines only between) by a
+  ```` ```json ```` block: the answer of the block's last command.
+
+A block that cannot run in a test says so just before its fence, with
+why: ``<!-- docs-test: not run: needs systemd -->``; the tests list those.
+
+``Session`` runs a page's steps in order, the way a person would: the
+service address of the docs (127.0.0.1:6800, and 6801-6803 for the nodes
+of cluster.md) is made the address of a service the session started on a
+free port; a ``schedule.json`` of the example project gets the example
+shop's address as its ``site`` argument; before a line that reads a job,
+the session waits for the job to be in the state the page shows. Shown
+answers are compared with real ones on every field that is not random:
+ids the service made up, times, pids, paths and node names are masked.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from .processes import ROOT, Daemon, free_port, wait_until
+
+DOCS_ADDRESS = "127.0.0.1:6800"
+MARK = re.compile(r"<!--\s*docs-test:\s*not run:\s*(.+?)\s*-->")
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+TALKS = re.compile(r"(?:^|[\s;(|&/])(curl|netweir-serve|twistd|psql|createdb)(?=\s|$)")
+ELLIPSIS = "\u2026"            # an elided member or element of a shown answer
+ANY = ELLIPSIS + "any"         # an elided value
+
+# Fields whose values differ from run to run: compared only as present,
+# and as null or not (a running job's end_time is null, a finished one's not).
+MASKED = {"node_name", "node", "pid", "start_time", "end_time", "time", "next_run",
+          "last_run", "first_log_time", "first_log_timestamp", "latest_log_time",
+          "latest_log_timestamp", "last_update_time", "last_update_timestamp", "runtime",
+          "stats", "history", "exit_status_time", "version"}
+RANDOM_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    lang: str
+    text: str
+    not_run: str = None     # why, when the page marks it
+    follows: "Block" = None  # the block just before it, blank lines only between
+
+    def where(self):
+        return f"{os.path.relpath(self.page, ROOT)}:{self.line}"
+
+    def console(self):
+        return any(line.startswith("$ ") for line in self.text.splitlines())
+
+    def talks_to_service(self):
+        if self.lang == "sh":
+            return any(TALKS.search(c) for c in _logical_lines(self.text))
+        if self.lang == "":
+            return any(TALKS.search(line[2:]) for line in self.text.splitlines()
+                       if line.startswith("$ "))
+        return False
+
+
+@dataclass
+class Step:
+    block: Block
+    command: str
+    shown: str = None   # the answer the page shows, as text
+
+    def words(self):
+        return shlex.split(self.command, comments=True)
+
+
+def blocks(page):
+    """Every fenced block of ``page``, in order."""
+    with open(page, encoding="utf-8") as f:
+        text = f.read()
+    found, previous_end = [], None
+    for match in FENCE.finditer(text):
+        before = text[:match.start()]
+        last_line = before.rstrip("\n").rsplit("\n", 1)[-1]
+        mark = MARK.search(last_line)
+        block = Block(page, before.count("\n") + 1, match.group(1), match.group(2),
+                      mark.group(1) if mark else None)
+        if found and text[previous_end:match.start()].strip() == "":
+            block.follows = found[-1]
+        found.append(block)
+        previous_end = match.end()
+    return found
+
+
+def service_blocks(page):
+    return [b for b in blocks(page) if b.talks_to_service()]
+
+
+def _logical_lines(text):
+    """Shell lines with backslash continuations joined, comments and blank
+    lines left out."""
+    lines, current = [], ""
+    for raw in text.splitlines():
+        if raw.rstrip().endswith("\\"):
+            current += raw.rstrip()[:-1] + " "
+            continue
+        current += raw
+        if current.strip() and not current.strip().startswith("#"):
+            lines.append(current.strip())
+        current = ""
+    return lines
+
+
+def _expand_loops(lines):
+    """``for n in 1 2 3; do ... done`` made the lines it runs, $n put in."""
+    out, i = [], 0
+    while i < len(lines):
+        loop = re.match(r"for (\w+) in ([^;]+); do$", lines[i])
+        if not loop:
+            out.append(lines[i])
+            i += 1
+            continue
+        end = lines.index("done", i)
+        for value in loop.group(2).split():
+            out += [re.sub(r"\$" + loop.group(1) + r"\b", value, body)
+                    for body in lines[i + 1:end]]
+        i = end + 1
+    return out
+
+
+def steps(block, answer=None):
+    """The steps of ``block``; ``answer`` is the json block after it."""
+    if block.console():
+        found = []
+        for line in block.text.splitlines():
+            if line.startswith("$ "):
+                found.append(Step(block, line[2:]))
+            elif found:
+                found[-1].shown = (found[-1].shown + "\n" if found[-1].shown else "") + line
+        return found
+    found = [Step(block, line) for line in _expand_loops(_logical_lines(block.text))]
+    if answer is not None and found:
+        found[-1].shown = answer.text
+    return found
+
+
+def page_steps(page):
+    """(steps to run, blocks marked not run) of ``page``, in order."""
+    every = blocks(page)
+    run, skipped = [], []
+    for block in every:
+        if not block.talks_to_service():
+            continue
+        if block.not_run:
+            skipped.append(block)
+            continue
+        after = [b for b in every if b.follows is block and b.lang == "json"]
+        run += steps(block, after[0] if after else None)
+    return run, skipped
+
+
+# -- shown answers against real ones -------------------------------------
+
+def parse_shown(text):
+    """A shown JSON answer, its elisions (``...``) made markers:
+    ``{"a":1,...}`` has the member ELLIPSIS, ``[x, ...]`` the element
+    ELLIPSIS, ``"a":...`` the value ANY."""
+    out, stack, i, in_string = [], [], 0, False
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            out.append(c)
+            if c == "\\":
+                out.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+            out.append(c)
+        elif text.startswith("...", i):
+            before = "".join(out).rstrip()[-1:]
+            if before == ":":
+                out.append(json.dumps(ANY))
+            elif stack and stack[-1] == "{":
+                out.append(json.dumps(ELLIPSIS) + ":1")
+            else:
+                out.append(json.dumps(ELLIPSIS))
+            i += 3
+            continue
+        else:
+            if c in "{[":
+                stack.append(c)
+            elif c in "}]":
+                stack.pop()
+            out.append(c)
+        i += 1
+    return json.loads("".join(out))
+
+
+def differences(shown, real, path="", ids=None):
+    """Where ``real`` differs from ``shown`` on what is not random, as a
+    list of strings (empty: they agree). ``ids`` maps ids the page shows
+    to the real ones the service made up."""
+    ids = ids or {}
+    if shown == ANY:
+        return []
+    if isinstance(shown, dict):
+        if not isinstance(real, dict):
+            return [f"{path}: shown an object, real {real!r}"]
+        partial = ELLIPSIS in shown
+        keys = [k for k in shown if k != ELLIPSIS]
+        problems = []
+        missing = [k for k in keys if k not in real]
+        if missing:
+            problems.append(f"{path}: real has no {missing}")
+        extra = [k for k in real if k not in shown]
+        if extra and not partial:
+            problems.append(f"{path}: the page does not show {extra}")
+        for key in keys:
+            if key not in real:
+                continue
+            if key in MASKED:
+                if (shown[key] is None) != (real[key] is None) and shown[key] != ANY:
+                    problems.append(f"{path}.{key}: shown {shown[key]!r}, real {real[key]!r}")
+                continue
+            problems += differences(shown[key], real[key], f"{path}.{key}", ids)
+        return problems
+    if isinstance(shown, list):
+        if not isinstance(real, list):
+            return [f"{path}: shown a list, real {real!r}"]
+        partial = ELLIPSIS in shown
+        items = [x for x in shown if x != ELLIPSIS]
+        if (len(real) < len(items)) if partial else (len(real) != len(items)):
+            return [f"{path}: shown {len(items)} element(s){' and more' if partial else ''},"
+                    f" real {len(real)}"]
+        problems = []
+        for n, (s, r) in enumerate(zip(items, real)):
+            problems += differences(s, r, f"{path}[{n}]", ids)
+        return problems
+    if isinstance(shown, str) and isinstance(real, str):
+        for doc_id, real_id in ids.items():
+            shown = shown.replace(doc_id, real_id)
+        if RANDOM_ID.match(shown) and RANDOM_ID.match(real):
+            return []
+    if shown != real or type(shown) is not type(real):
+        return [f"{path}: shown {shown!r}, real {real!r}"]
+    return []
+
+
+def learn_ids(shown, real, ids):
+    """Records the ids the service made up where the page shows its own."""
+    if isinstance(shown, dict) and isinstance(real, dict):
+        for key in shown:
+            if key in real:
+                learn_ids(shown[key], real[key], ids)
+    elif isinstance(shown, list) and isinstance(real, list):
+        for s, r in zip([x for x in shown if x != ELLIPSIS], real):
+            learn_ids(s, r, ids)
+    elif isinstance(shown, str) and isinstance(real, str):
+        if RANDOM_ID.match(shown) and RANDOM_ID.match(real) and shown != real:
+            ids[shown] = real
+
+
+def compare_text(shown, real, ids):
+    """Differences of a shown answer that is several lines: each a JSON
+    document (a line ``...`` stands for any more lines), or plain text
+    compared line by line."""
+    problems = []
+    lines = shown.splitlines()
+    real_lines = real.splitlines()
+    partial = lines and lines[-1].strip() == "..."
+    lines = [line for line in lines if line.strip() != "..."]
+    if not partial and len(real_lines) != len(lines):
+        problems.append(f"shown {len(lines)} line(s), real {len(real_lines)}")
+    elif len(real_lines) < len(lines):
+        problems.append(f"shown {len(lines)} line(s) and more, real {len(real_lines)}")
+    for n, (s, r) in enumerate(zip(lines, real_lines)):
+        try:
+            shown_doc = parse_shown(s)
+        except ValueError:
+            if s != r:
+                problems.append(f"line {n + 1}: shown {s!r}, real {r!r}")
+            continue
+        try:
+            real_doc = json.loads(r)
+        except ValueError:
+            problems.append(f"line {n + 1}: shown JSON, real {r!r}")
+            continue
+        learn_ids(shown_doc, real_doc, ids)
+        problems += differences(shown_doc, real_doc, f"line {n + 1}", ids)
+    return problems
+
+
+# -- running a page -------------------------------------------------------
+
+@dataclass
+class Session:
+    """Runs steps against services of its own. ``site`` is the example
+    shop (tests.test_docs.ExampleSite) or None; ``services`` maps a
+    port of the docs to a running Daemon; ``env`` is added to every
+    command's environment (e.g. the PostgreSQL test server's URL)."""
+
+    testcase: object
+    site: object = None
+    services: dict = field(default_factory=dict)
+    ids: dict = field(default_factory=dict)
+    scratch: str = None
+    databases: dict = field(default_factory=dict)   # a page's name -> the test's
+
+    def __post_init__(self):
+        self.scratch = tempfile.mkdtemp(prefix="docsrun-", dir=os.path.abspath("."))
+
+    def run(self, step):
+        words = step.words()
+        program = os.path.basename(words[0])
+        if program == "curl":
+            return self.curl(step, words)
+        if program == "netweir-serve":
+            return self.serve(step, words)
+        if program in ("createdb", "psql"):
+            return self.database(step, words)
+        raise AssertionError(f"{step.block.where()}: no way to run {step.command!r}")
+
+    # -- the service
+
+    def serve(self, step, words):
+        """A netweir-serve line: started in the background as written, on
+        a free port in place of the docs' (6800 when it names none), with
+        its --dir (relative to the checkout) made a scratch folder."""
+        args = words[1:]
+        if args and args[-1] == "&":
+            args = args[:-1]
+        port = "6800"
+        if "--port" in args:
+            port = args[args.index("--port") + 1]
+            del args[args.index("--port"):args.index("--port") + 2]
+        if args[:1] in (["--help"], ["--version"]) or "--help" in args:
+            return self.command([sys.executable, "-m", "netweir_serve"] + args)
+        directory = os.path.join(self.scratch, f"dir-{port}-{len(os.listdir(self.scratch))}")
+        if "--dir" in args:
+            at = args.index("--dir")
+            directory = os.path.join(self.scratch, args[at + 1].strip("/").replace("/", "_"))
+            if os.path.exists(directory + ".out"):
+                directory += f"-{len(os.listdir(self.scratch))}"
+            del args[at:at + 2]
+        args = [self.database_url(a) if a.startswith("postgresql://") else a for a in args]
+        daemon = Daemon(directory, args=args)
+        try:
+            daemon.spawn()
+            daemon.wait_ready(60)
+        except AssertionError:
+            # A line that shows a refusal: its answer is the error it prints.
+            daemon.kill()
+            return daemon.output()
+        self.testcase.addCleanup(daemon.kill)
+        self.services[port] = daemon
+        return None
+
+    def service(self, port="6800"):
+        return self.services[port]
+
+    # -- databases
+
+    def database_url(self, url):
+        from urllib.parse import urlsplit
+        from . import pg
+        name = urlsplit(url).path.strip("/")
+        if name not in self.databases:
+            raise AssertionError(f"{url}: the page never creates database {name!r}")
+        server = pg.server_url()
+        from psycopg.conninfo import make_conninfo
+        return make_conninfo(server, dbname=self.databases[name])
+
+    def database(self, step, words):
+        """createdb NAME (of the local PostgreSQL) as the page writes it,
+        under a name of the test's own, dropped after the test."""
+        from . import pg
+        if os.path.basename(words[0]) != "createdb":
+            raise AssertionError(f"{step.block.where()}: only createdb is run: {step.command}")
+        name = words[-1]
+        own = f"netweir_serve_docs_{os.getpid()}_{len(self.databases)}"
+        self.databases[name] = own
+        with pg.admin_connection(pg.server_url()) as conn:
+            conn.execute(f'CREATE DATABASE "{own}"')
+
+        def drop():
+            with pg.admin_connection(pg.server_url()) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
+        self.testcase.addCleanup(drop)
+        return None
+
+    # -- curl
+
+    def curl(self, step, words):
+        argv, port = [], None
+        for word in words:
+            match = re.match(r"(https?://)127\.0\.0\.1:(\d+)(/.*)?$", word)
+            if match:
+                port = match.group(2)
+                path = match.group(3) or "/"
+                for doc_id, real_id in self.ids.items():
+                    path = path.replace(doc_id, real_id)
+                word = f"http://127.0.0.1:{self.service(port).port}{path}"
+            elif word.startswith("job=") or word.startswith("-d"):
+                for doc_id, real_id in self.ids.items():
+                    word = word.replace(doc_id, real_id)
+            argv.append(word)
+        if port is None:
+            raise AssertionError(f"{step.block.where()}: {step.command!r} names no service")
+        daemon = self.service(port)
+        form = _form(argv)
+        url = [w for w in argv if w.startswith("http://")][0]
+        if url.split("?")[0].endswith(("/schedule.json", "/addschedule.json")):
+            if self.site is not None and "site" not in form:
+                argv += ["-d", f"site={self.site.base}"]
+        self.wait_as_a_person(daemon, url, form, step)
+        done = subprocess.run(argv, capture_output=True, timeout=60)
+        if done.returncode != 0:
+            raise AssertionError(f"{step.block.where()}: {step.command} exited with"
+                                 f" {done.returncode}: {done.stderr.decode()}")
+        return done.stdout.decode("utf-8", "replace")
+
+    def wait_as_a_person(self, daemon, url, form, step):
+        """Before a line that reads a job: wait until the job is where
+        the page shows it (finished, by default, for its files)."""
+        shown = None
+        if step.shown:
+            try:
+                shown = parse_shown(step.shown.splitlines()[0])
+            except ValueError:
+                shown = None
+        query = dict(p.split("=", 1) for p in url.partition("?")[2].split("&") if "=" in p)
+        job = form.get("job") or query.get("job")
+        files = re.search(r"/(?:logs|items)/[^/]+/[^/]+/([^/?]+)\.(?:log|jl|jsonl)$",
+                          url.split("?")[0])
+        if files:
+            job = files.group(1)
+        if job is None:
+            if isinstance(shown, dict) and "pending" in shown:
+                for state in ("pending", "running", "finished"):
+                    for entry in shown.get(state) or []:
+                        if isinstance(entry, dict) and "id" in entry:
+                            jobid = self.ids.get(entry["id"], entry["id"])
+                            daemon.wait_state(jobid, state)
+            return
+        state = "finished"
+        if isinstance(shown, dict):
+            state = {"running": "running", "pending": "pending"}.get(
+                shown.get("prevstate") or shown.get("state") or shown.get("currstate"),
+                "finished")
+        if "/cancel.json" in url:
+            if shown is None:
+                state = "running"   # what a person cancels, unless the page shows otherwise
+            elif state == "finished":
+                return   # a cancel of a finished job: nothing to wait for
+        daemon.wait_state(job, state)
+
+    def command(self, argv):
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        return done.stdout + done.stderr
+
+    def check(self, step, real):
+        """Fails ``testcase`` where ``real`` differs from what the page shows."""
+        if step.shown is None:
+            return
+        if real is None:
+            real = ""
+        problems = compare_text(step.shown, real.rstrip("\n"), self.ids)
+        self.testcase.assertEqual(
+            problems, [], f"{step.block.where()}: {step.command}\nshown: {step.shown}\n"
+                          f"real:  {real}")
+
+
+def _form(argv):
+    return dict(argv[i + 1].split("=", 1) for i, w in enumerate(argv[:-1])
+                if w == "-d" and "=" in argv[i + 1])
+
+
+def run_page(testcase, page, session, only=None):
+    """Runs ``page``'s steps in order (those ``only`` keeps, when given),
+    each checked against its shown answer; returns the blocks the page
+    marks not run."""
+    todo, skipped = page_steps(page)
+    for step in todo:
+        if only is not None and not only(step):
+            continue
+        real = session.run(step)
+        session.check(step, real)
+    return skipped
