@@ -36,7 +36,7 @@ from .processes import ROOT, Daemon, free_port, wait_until
 DOCS_ADDRESS = "127.0.0.1:6800"
 MARK = re.compile(r"<!--\s*docs-test:\s*not run:\s*(.+?)\s*-->")
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
-TALKS = re.compile(r"(?:^|[\s;(|&/])(curl|netweir-serve|twistd|psql|createdb)(?=\s|$)")
+PROGRAMS = {"curl", "netweir-serve", "twistd", "psql", "createdb"}
 ELLIPSIS = "\u2026"            # an elided member or element of a shown answer
 ANY = ELLIPSIS + "any"         # an elided value
 
@@ -66,9 +66,9 @@ class Block:
 
     def talks_to_service(self):
         if self.lang == "sh":
-            return any(TALKS.search(c) for c in _logical_lines(self.text))
+            return any(_program(c) in PROGRAMS for c in _expand_loops(_logical_lines(self.text)))
         if self.lang == "":
-            return any(TALKS.search(line[2:]) for line in self.text.splitlines()
+            return any(_program(line[2:]) in PROGRAMS for line in self.text.splitlines()
                        if line.startswith("$ "))
         return False
 
@@ -118,6 +118,17 @@ def _logical_lines(text):
             lines.append(current.strip())
         current = ""
     return lines
+
+
+def _program(line):
+    """The program a shell line runs (after VAR=value words), by its base name."""
+    line = re.sub(r"\$\([^)]*\)", "X", line)   # a command substitution is a value here
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        words = line.split()
+    words = [w for w in words if not re.match(r"^[A-Za-z_]\w*=", w)]
+    return os.path.basename(words[0]) if words else None
 
 
 def _expand_loops(lines):
@@ -329,6 +340,8 @@ class Session:
             return self.serve(step, words)
         if program in ("createdb", "psql"):
             return self.database(step, words)
+        if program.startswith("python") and words[1:2] == ["examples/site.py"] and self.site:
+            return None   # the test's shop is up already, on a port of its own
         raise AssertionError(f"{step.block.where()}: no way to run {step.command!r}")
 
     # -- the service
@@ -372,32 +385,30 @@ class Session:
     # -- databases
 
     def database_url(self, url):
-        from urllib.parse import urlsplit
+        from urllib.parse import urlsplit, urlunsplit
         from . import pg
         name = urlsplit(url).path.strip("/")
         if name not in self.databases:
             raise AssertionError(f"{url}: the page never creates database {name!r}")
-        server = pg.server_url()
-        from psycopg.conninfo import make_conninfo
-        return make_conninfo(server, dbname=self.databases[name])
+        return urlunsplit(urlsplit(pg.server_url())._replace(path="/" + self.databases[name]))
 
     def database(self, step, words):
-        """createdb NAME (of the local PostgreSQL) as the page writes it,
-        under a name of the test's own, dropped after the test."""
+        """createdb NAME, run as the page writes it (against the local
+        PostgreSQL) but with a name of the test's own, dropped after the
+        test; the page's later URLs naming NAME are given that name."""
         from . import pg
         if os.path.basename(words[0]) != "createdb":
             raise AssertionError(f"{step.block.where()}: only createdb is run: {step.command}")
         name = words[-1]
         own = f"netweir_serve_docs_{os.getpid()}_{len(self.databases)}"
         self.databases[name] = own
-        with pg.admin_connection(pg.server_url()) as conn:
-            conn.execute(f'CREATE DATABASE "{own}"')
+        out = self.command(words[:-1] + [own])
 
         def drop():
             with pg.admin_connection(pg.server_url()) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
         self.testcase.addCleanup(drop)
-        return None
+        return out
 
     # -- curl
 
@@ -465,8 +476,11 @@ class Session:
                 return   # a cancel of a finished job: nothing to wait for
         daemon.wait_state(job, state)
 
-    def command(self, argv):
+    def command(self, argv, check=True):
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0 and check:
+            raise AssertionError(f"{' '.join(argv)} exited with {done.returncode}:"
+                                 f" {done.stdout}{done.stderr}")
         return done.stdout + done.stderr
 
     def check(self, step, real):
