@@ -29,11 +29,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 from .processes import ROOT, Daemon, free_port, wait_until
 
-DOCS_ADDRESS = "127.0.0.1:6800"
+DOCS_SHOP = "http://127.0.0.1:8000"   # examples/site.py's own port
 MARK = re.compile(r"<!--\s*docs-test:\s*not run:\s*(.+?)\s*-->")
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
 PROGRAMS = {"curl", "netweir-serve", "twistd", "psql", "createdb"}
@@ -286,6 +287,17 @@ def compare_text(shown, real, ids):
     """Differences of a shown answer that is several lines: each a JSON
     document (a line ``...`` stands for any more lines), or plain text
     compared line by line."""
+    try:
+        whole = parse_shown(shown)   # one document, broken up to read
+    except ValueError:
+        whole = None
+    if whole is not None and "\n" in shown.strip():
+        try:
+            real_doc = json.loads(real)
+        except ValueError:
+            return [f"shown one JSON document, real {real!r}"]
+        learn_ids(whole, real_doc, ids)
+        return differences(whole, real_doc, "", ids)
     problems = []
     lines = shown.splitlines()
     real_lines = real.splitlines()
@@ -445,11 +457,12 @@ class Session:
         """Before a line that reads a job: wait until the job is where
         the page shows it (finished, by default, for its files)."""
         shown = None
-        if step.shown:
+        for text in ([step.shown, step.shown.splitlines()[0]] if step.shown else []):
             try:
-                shown = parse_shown(step.shown.splitlines()[0])
+                shown = parse_shown(text)
+                break
             except ValueError:
-                shown = None
+                pass
         query = dict(p.split("=", 1) for p in url.partition("?")[2].split("&") if "=" in p)
         job = form.get("job") or query.get("job")
         files = re.search(r"/(?:logs|items)/[^/]+/[^/]+/([^/?]+)\.(?:log|jl|jsonl)$",
@@ -483,13 +496,22 @@ class Session:
                                  f" {done.stdout}{done.stderr}")
         return done.stdout + done.stderr
 
+    def problems(self, step, real):
+        """Where ``real`` differs from the answer the page shows."""
+        if real is None:
+            real = ""
+        if self.site is not None:
+            # The shop where the page has it, and no site argument the page did not give.
+            real = real.replace(self.site.base, DOCS_SHOP)
+            for form in (',"site":"%s"', '"site":"%s",', '"site":"%s"'):
+                real = real.replace(form % DOCS_SHOP, "")
+        return compare_text(step.shown, real.rstrip("\n"), self.ids)
+
     def check(self, step, real):
         """Fails ``testcase`` where ``real`` differs from what the page shows."""
         if step.shown is None:
             return
-        if real is None:
-            real = ""
-        problems = compare_text(step.shown, real.rstrip("\n"), self.ids)
+        problems = self.problems(step, real)
         self.testcase.assertEqual(
             problems, [], f"{step.block.where()}: {step.command}\nshown: {step.shown}\n"
                           f"real:  {real}")
@@ -500,14 +522,27 @@ def _form(argv):
                 if w == "-d" and "=" in argv[i + 1])
 
 
-def run_page(testcase, page, session, only=None):
-    """Runs ``page``'s steps in order (those ``only`` keeps, when given),
-    each checked against its shown answer; returns the blocks the page
-    marks not run."""
+REREAD = 30   # seconds a person would go on reading a page that changes
+
+
+def run_page(testcase, page, session):
+    """Runs ``page``'s steps in order, each checked against its shown
+    answer; returns the blocks the page marks not run. A read (a curl
+    without -d) whose answer does not agree yet is read again, as a
+    person would reload, for up to REREAD seconds: a running job's
+    stats come every 5 s."""
     todo, skipped = page_steps(page)
     for step in todo:
-        if only is not None and not only(step):
-            continue
         real = session.run(step)
+        if step.shown is not None and _reads(step):
+            deadline = time.monotonic() + REREAD
+            while session.problems(step, real) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                real = session.run(step)
         session.check(step, real)
     return skipped
+
+
+def _reads(step):
+    words = step.words()
+    return words[0] == "curl" and "-d" not in words

@@ -108,12 +108,12 @@ class ExampleSite:
         self.process.wait()
 
 
-def example_daemon(testcase):
+def example_daemon(testcase, args=()):
     """netweir-serve on the example project, with serve-example's --project
-    options, on a free port and a fresh --dir."""
+    options (and ``args``), on a free port and a fresh --dir."""
     projects = option_values(serve_example_argv(), "--project")
     directory = os.path.join(tempfile.mkdtemp(prefix="docs-", dir=os.path.abspath(".")), "dir")
-    daemon = Daemon(directory, projects).start()
+    daemon = Daemon(directory, projects, args=args).start()
     testcase.addCleanup(daemon.kill)
     return daemon
 
@@ -263,10 +263,10 @@ class PagesRunTests(unittest.TestCase):
     shown answer compared with the real one. Each test checks that the
     blocks its page marks not run are the ones it expects."""
 
-    def run_page(self, name, example=True, site=True):
+    def run_page(self, name, example=True, site=True, args=()):
         """Runs the page ``name`` (README.md or a page of docs/); with
-        ``example``, against what ./serve-example starts, unless the page
-        starts its own service first. Returns the reasons of the blocks it
+        ``example``, against what ./serve-example starts (with ``args``),
+        unless the page starts its own service first. Returns the reasons of the blocks it
         marks not run."""
         shop = None
         if site:
@@ -274,7 +274,7 @@ class PagesRunTests(unittest.TestCase):
             self.addCleanup(shop.stop)
         session = docsrun.Session(self, site=shop)
         if example:
-            session.services["6800"] = example_daemon(self)
+            session.services["6800"] = example_daemon(self, args)
         page = README if name == "README.md" else os.path.join(DOCS, name)
         return [b.not_run for b in docsrun.run_page(self, page, session)]
 
@@ -304,3 +304,14 @@ class PagesRunTests(unittest.TestCase):
         self.assertEqual(self.run_page("cluster.md", example=False), [
             "a PostgreSQL server of another machine, and a password to type",
             "three machines"])
+
+    def test_stopping(self):
+        self.assertEqual(self.run_page("stopping.md"), [])
+
+    def test_scheduling(self):
+        self.assertEqual(self.run_page("scheduling.md"), [])
+
+    def test_watching(self):
+        self.assertEqual(self.run_page("watching.md", args=["--max-jobs", "2"]), [
+            "a stream that ends only with Ctrl-C (tests.test_events reads it)",
+            "a receiver of notices on another machine", "a Slack webhook"])
