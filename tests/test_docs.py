@@ -108,12 +108,12 @@ class ExampleSite:
         self.process.wait()
 
 
-def example_daemon(testcase, args=()):
+def example_daemon(testcase, args=(), env=None):
     """netweir-serve on the example project, with serve-example's --project
     options (and ``args``), on a free port and a fresh --dir."""
     projects = option_values(serve_example_argv(), "--project")
     directory = os.path.join(tempfile.mkdtemp(prefix="docs-", dir=os.path.abspath(".")), "dir")
-    daemon = Daemon(directory, projects, args=args).start()
+    daemon = Daemon(directory, projects, args=args, env=env).start()
     testcase.addCleanup(daemon.kill)
     return daemon
 
@@ -263,7 +263,7 @@ class PagesRunTests(unittest.TestCase):
     shown answer compared with the real one. Each test checks that the
     blocks its page marks not run are the ones it expects."""
 
-    def run_page(self, name, example=True, site=True, args=()):
+    def run_page(self, name, example=True, site=True, args=(), env=None):
         """Runs the page ``name`` (README.md or a page of docs/); with
         ``example``, against what ./serve-example starts (with ``args``),
         unless the page starts its own service first. Returns the reasons of the blocks it
@@ -274,7 +274,7 @@ class PagesRunTests(unittest.TestCase):
             self.addCleanup(shop.stop)
         session = docsrun.Session(self, site=shop)
         if example:
-            session.services["6800"] = example_daemon(self, args)
+            session.services["6800"] = example_daemon(self, args, env)
         page = README if name == "README.md" else os.path.join(DOCS, name)
         return [b.not_run for b in docsrun.run_page(self, page, session)]
 
@@ -315,3 +315,18 @@ class PagesRunTests(unittest.TestCase):
         self.assertEqual(self.run_page("watching.md", args=["--max-jobs", "2"]), [
             "a stream that ends only with Ctrl-C (tests.test_events reads it)",
             "a receiver of notices on another machine", "a Slack webhook"])
+
+    def test_schedules(self):
+        # The page's answers come from a service in Berlin.
+        self.assertEqual(self.run_page("schedules.md", env={"TZ": "Europe/Berlin"}), [
+            'the schedule "A first schedule" adds and runs below',
+            "a spider file deleted under a running service (tests.test_timetable)"])
+
+    def test_security(self):
+        self.assertEqual(self.run_page("security.md", example=False), [
+            "writes /etc/netweir-serve (tests.test_guard checks checkers of one's own)",
+            "a certificate for crawl.example.com (tests.test_listen serves ssl: with one of its"
+            " own)"])
+
+    def test_projects(self):
+        self.assertEqual(self.run_page("projects.md", example=False, site=False), [])
