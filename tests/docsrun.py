@@ -46,7 +46,9 @@ ANY = ELLIPSIS + "any"         # an elided value
 MASKED = {"node_name", "node", "pid", "start_time", "end_time", "time", "next_run",
           "last_run", "first_log_time", "first_log_timestamp", "latest_log_time",
           "latest_log_timestamp", "last_update_time", "last_update_timestamp", "runtime",
-          "stats", "history", "exit_status_time", "version"}
+          "stats", "history", "version",
+          # A crawl's counts, where its pace sets them (/logs/stats.json).
+          "pages", "items"}
 RANDOM_ID = re.compile(r"^[0-9a-f]{32}$")
 # A schedule's job is named after its due time: NAME-20261201T135145Z.
 DUE_TIME = re.compile(r"\d{8}T\d{6}Z")
@@ -221,6 +223,14 @@ def parse_shown(text):
     return json.loads("".join(out))
 
 
+def _is_json(line):
+    try:
+        parse_shown(line)
+        return True
+    except ValueError:
+        return False
+
+
 def differences(shown, real, path="", ids=None):
     """Where ``real`` differs from ``shown`` on what is not random, as a
     list of strings (empty: they agree). ``ids`` maps ids the page shows
@@ -232,6 +242,7 @@ def differences(shown, real, path="", ids=None):
         if not isinstance(real, dict):
             return [f"{path}: shown an object, real {real!r}"]
         partial = ELLIPSIS in shown
+        shown = {ids.get(k, k): v for k, v in shown.items()}   # a job id as a key
         keys = [k for k in shown if k != ELLIPSIS]
         problems = []
         missing = [k for k in keys if k not in real]
@@ -286,10 +297,54 @@ def learn_ids(shown, real, ids):
             ids[shown] = real
 
 
+# Headers whose values change from run to run (or with the version).
+VARYING_HEADERS = {"date", "last-modified", "server"}
+
+
+def compare_http(shown, real):
+    """Differences of ``curl -i`` output: the status line, each header
+    shown (its value unless it varies; a Content-Range's numbers only as
+    consistent with Content-Length), every header when none is elided
+    (``...``), and the body."""
+    def split(text):
+        head, _, body = text.replace("\r\n", "\n").partition("\n\n")
+        lines = head.splitlines()
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return lines[0], headers, body
+    shown_status, shown_headers, shown_body = split(shown)
+    real_status, real_headers, real_body = split(real)
+    partial = "..." in shown_headers or shown_status == "..." or shown.rstrip().endswith("...")
+    shown_headers.pop("...", None)
+    problems = []
+    if shown_status != real_status:
+        problems.append(f"status line: shown {shown_status!r}, real {real_status!r}")
+    for name, value in shown_headers.items():
+        if name not in real_headers:
+            problems.append(f"real has no header {name}")
+        elif name == "content-range":
+            first, last, size = map(int, re.findall(r"\d+", real_headers[name]))
+            if last - first + 1 != int(real_headers["content-length"]) or last != size - 1:
+                problems.append(f"content-range {real_headers[name]}")
+        elif name not in VARYING_HEADERS and value != real_headers[name]:
+            problems.append(f"header {name}: shown {value!r}, real {real_headers[name]!r}")
+    if not partial:
+        extra = sorted(set(real_headers) - set(shown_headers))
+        if extra:
+            problems.append(f"the page does not show the headers {extra}")
+        if shown_body.rstrip("\n") != real_body.rstrip("\n"):
+            problems.append(f"body: shown {shown_body!r}, real {real_body!r}")
+    return problems
+
+
 def compare_text(shown, real, ids):
     """Differences of a shown answer that is several lines: each a JSON
     document (a line ``...`` stands for any more lines), or plain text
     compared line by line."""
+    if shown.startswith("HTTP/"):
+        return compare_http(shown, real)
     try:
         whole = parse_shown(shown)   # one document, broken up to read
     except ValueError:
@@ -310,6 +365,14 @@ def compare_text(shown, real, ids):
         problems.append(f"shown {len(lines)} line(s), real {len(real_lines)}")
     elif len(real_lines) < len(lines):
         problems.append(f"shown {len(lines)} line(s) and more, real {len(real_lines)}")
+    if partial and all(_is_json(s) for s in lines) and all(_is_json(r) for r in real_lines):
+        # Lines of records (items) in the crawl's order, which varies:
+        # each line shown is one of the real ones.
+        real_docs = [json.loads(r) for r in real_lines]
+        for n, s in enumerate(lines):
+            if not any(not differences(parse_shown(s), r, "", ids) for r in real_docs):
+                problems.append(f"line {n + 1}: no real line is {s!r}")
+        return problems
     for n, (s, r) in enumerate(zip(lines, real_lines)):
         try:
             shown_doc = parse_shown(s)
@@ -487,16 +550,21 @@ class Session:
                             daemon.wait_state(jobid, state)
             return
         state = "finished"
+        if isinstance(shown, dict) and (shown.get("status") == "error" or any(
+                key in shown and shown[key] is None for key in ("prevstate", "currstate", "state"))):
+            return   # the page shows an unknown job: nothing to wait for
         if isinstance(shown, dict):
             state = {"running": "running", "pending": "pending"}.get(
                 shown.get("prevstate") or shown.get("state") or shown.get("currstate"),
                 "finished")
-        if "/cancel.json" in url:
-            if shown is None:
-                state = "running"   # what a person cancels, unless the page shows otherwise
-            elif state == "finished":
-                return   # a cancel of a finished job: nothing to wait for
-        daemon.wait_state(job, state)
+        if "/cancel.json" in url and shown is None:
+            state = "running"   # what a person cancels, unless the page shows otherwise
+        entry = daemon.wait_state(job, state)
+        if "/cancel.json" in url and state == "running":
+            # A person cancels a crawl seen under way, with its first stats
+            # (a cancel before the crawl is up ends it -15, without any).
+            wait_until(lambda: daemon.stats(entry["id"]).get("stats"), 60,
+                       f"job {job}'s first stats")
 
     def command(self, argv, check=True, env=None):
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,

@@ -330,3 +330,9 @@ class PagesRunTests(unittest.TestCase):
 
     def test_projects(self):
         self.assertEqual(self.run_page("projects.md", example=False, site=False), [])
+
+    def test_api(self):
+        self.assertEqual(self.run_page("api.md", args=["--max-jobs", "2"],
+                                       env={"TZ": "Europe/Berlin"}), [
+            "the run policies' own service (scheduling.md; tests.test_policies)",
+            "a spider file deleted under a running service (tests.test_timetable)"])
