@@ -15,6 +15,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 
 from twisted.trial import unittest
 
@@ -336,3 +337,42 @@ class PagesRunTests(unittest.TestCase):
                                        env={"TZ": "Europe/Berlin"}), [
             "the run policies' own service (scheduling.md; tests.test_policies)",
             "a spider file deleted under a running service (tests.test_timetable)"])
+
+
+# The pages PagesRunTests runs, each by a test of its own.
+RUN_PAGES = ["README.md", "getting-started.md", "cluster.md", "stopping.md", "scheduling.md",
+             "watching.md", "schedules.md", "security.md", "projects.md", "api.md"]
+
+
+class DocsNotRun(UserWarning):
+    """The blocks of the docs that the docs test does not run, listed."""
+
+
+class EveryBlockTests(unittest.TestCase):
+    def test_every_block_that_talks_to_the_service_is_run_or_says_why_not(self):
+        """Every shell block of README.md and docs/ that talks to the
+        service is on a page PagesRunTests runs, or is marked not run with
+        a reason; those are printed, so that none is left out silently."""
+        pages = [README] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
+        unrun, not_run = [], []
+        for page in pages:
+            name = os.path.basename(page)
+            for block in docsrun.service_blocks(page):
+                if block.not_run:
+                    not_run.append(f"{block.where()}: {block.not_run}")
+                elif name not in RUN_PAGES:
+                    unrun.append(block.where())
+        # A warning: trial lists it after the run (under -j, as ./run-tests
+        # runs, in _trial_temp/test.log), where a print would be lost.
+        warnings.warn("blocks of the docs not run by the docs test (marked in the page):\n"
+                      + "\n".join("  " + line for line in not_run), DocsNotRun)
+        self.assertEqual(unrun, [])
+        self.assertLess(len(not_run), 25)
+        for page in RUN_PAGES:
+            self.assertTrue(hasattr(PagesRunTests, "test_" + page.split(".")[0].replace("-", "_")
+                                    .lower()), page)
+
+    def test_a_mark_is_read_only_right_before_its_block(self):
+        blocks = docsrun.blocks(os.path.join(DOCS, "watching.md"))
+        marked = [b for b in blocks if b.not_run]
+        self.assertEqual([b.text.split()[0] for b in marked], ["curl", "NETWEIR_SERVE_NOTIFY_SECRET=$(cat", "netweir-serve"])
