@@ -83,6 +83,7 @@ class Step:
     block: Block
     command: str
     shown: str = None   # the answer the page shows, as text
+    log: str = None     # the log lines the page shows a service starting with
 
     def words(self):
         return shlex.split(self.command, comments=True)
@@ -180,8 +181,35 @@ def page_steps(page):
             skipped.append(block)
             continue
         after = [b for b in every if b.follows is block and b.lang == "json"]
-        run += steps(block, after[0] if after else None)
+        found = steps(block, after[0] if after else None)
+        shown_log = _next_block(every, block)
+        if found and shown_log is not None and _is_log(shown_log.text):
+            found[-1].log = shown_log.text
+        run += found
     return run, skipped
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d{4} \[")
+
+
+def _next_block(every, block):
+    at = every.index(block)
+    return every[at + 1] if at + 1 < len(every) else None
+
+
+def _is_log(text):
+    lines = text.splitlines()
+    return bool(lines) and all(LOG_LINE.match(line) for line in lines)
+
+
+def masked_log(line):
+    """A log line with what differs from run to run made a word: the
+    time, ports, paths, the number of job slots (one per CPU)."""
+    line = LOG_LINE.sub("TIME [", line)
+    line = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line)
+    line = re.sub(r"starting on \d+", "starting on PORT", line)
+    line = re.sub(r"/[^\s;]+", "PATH", line)
+    return re.sub(r"\d+ job\(s\) at once", "N job(s) at once", line)
 
 
 # -- shown answers against real ones -------------------------------------
@@ -454,11 +482,18 @@ class Session:
             daemon.spawn()
             daemon.wait_ready(60)
         except AssertionError:
-            # A line that shows a refusal: its answer is the error it prints.
             daemon.kill()
+            if step.shown is None:
+                raise   # a line that should have served
+            # A line that shows a refusal: its answer is the error it prints.
             return daemon.output()
         self.testcase.addCleanup(daemon.kill)
         self.services[port] = daemon
+        if step.log is not None:
+            shown = [masked_log(line) for line in step.log.splitlines()]
+            real = [masked_log(line) for line in daemon.output().splitlines()[:len(shown)]]
+            self.testcase.assertEqual(real, shown, f"{step.block.where()}: the log of"
+                                                   f" {step.command}")
         return None
 
     def service(self, port="6800"):

@@ -157,6 +157,17 @@ class OptionsDocumentedTests(unittest.TestCase):
             self.assertIn(name, text)
 
 
+class InstallDocumentedTests(unittest.TestCase):
+    def test_no_page_installs_from_an_index(self):
+        """netweir-serve is on no package index: every pip line of the docs
+        installs a checkout or a wheel by its path (issue 22: `pip install
+        'netweir-serve[postgresql]'` fails in a fresh virtualenv)."""
+        text = all_docs()
+        self.assertIn("pip install '/path/to/netweir-serve[postgresql]'", text)
+        self.assertEqual(re.findall(r"pip install (?:-U |--upgrade )?['\"]?netweir-serve\b.*", text),
+                         [])
+
+
 class ApiDocumentedTests(unittest.TestCase):
     def documented(self):
         """(method, path) of every endpoint heading of docs/api.md."""
