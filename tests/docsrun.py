@@ -185,9 +185,11 @@ def _next_block(every, block):
 @dataclass
 class Session:
     """Runs steps against services of its own. ``site`` is the example
-    shop (tests.test_docs.ExampleSite) or None; ``services`` maps a
-    port of the docs to a running Daemon; ``env`` is added to every
-    command's environment (e.g. the PostgreSQL test server's URL)."""
+    shop (tests.test_docs.ExampleSite) or None; ``services`` maps a port
+    of the docs to a running Daemon (a test may put one there first, as
+    ./serve-example would); ``ids`` maps the ids a page shows to those
+    the service made up; ``databases`` a database a page creates to the
+    test's own."""
 
     testcase: object
     site: object = None
