@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 from .docsanswers import DUE_TIME, compare_text, is_log, masked_log, parse_shown
 from .processes import ROOT, Daemon, wait_until
@@ -266,29 +267,25 @@ class Session:
     # -- databases
 
     def database_url(self, url):
-        from urllib.parse import urlsplit, urlunsplit
-        from . import pg
+        """The page's PostgreSQL URL, naming the test's database in place
+        of the one the page created (the server is the page's)."""
         name = urlsplit(url).path.strip("/")
         if name not in self.databases:
             raise AssertionError(f"{url}: the page never creates database {name!r}")
-        return urlunsplit(urlsplit(pg.server_url())._replace(path="/" + self.databases[name]))
+        return urlunsplit(urlsplit(url)._replace(path="/" + self.databases[name]))
 
     def database(self, step, words):
-        """createdb NAME, run as the page writes it (against the local
-        PostgreSQL) but with a name of the test's own, dropped after the
-        test; the page's later URLs naming NAME are given that name."""
-        from . import pg
+        """createdb NAME, run as the page writes it (its server, its user)
+        but with a name of the test's own, dropped after the test with
+        dropdb and the same options; the page's later URLs naming NAME
+        are given that name."""
         if os.path.basename(words[0]) != "createdb":
             raise AssertionError(f"{step.block.where()}: only createdb is run: {step.command}")
-        name = words[-1]
+        name, options = words[-1], words[1:-1]
         own = f"netweir_serve_docs_{os.getpid()}_{len(self.databases)}"
         self.databases[name] = own
         out = self.command(words[:-1] + [own])
-
-        def drop():
-            with pg.admin_connection(pg.server_url()) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
-        self.testcase.addCleanup(drop)
+        self.testcase.addCleanup(self.command, ["dropdb"] + options + ["--force", own])
         return out
 
     # -- curl
