@@ -15,12 +15,14 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 
 from twisted.trial import unittest
 
 from netweir_serve import cli, options
 from netweir_serve.web.api import endpoints
 
+from . import docsrun
 from .processes import ROOT, Daemon, free_port, request, wait_until
 
 DOCS = os.path.join(ROOT, "docs")
@@ -107,12 +109,12 @@ class ExampleSite:
         self.process.wait()
 
 
-def example_daemon(testcase):
+def example_daemon(testcase, args=(), env=None):
     """netweir-serve on the example project, with serve-example's --project
-    options, on a free port and a fresh --dir."""
+    options (and ``args``), on a free port and a fresh --dir."""
     projects = option_values(serve_example_argv(), "--project")
     directory = os.path.join(tempfile.mkdtemp(prefix="docs-", dir=os.path.abspath(".")), "dir")
-    daemon = Daemon(directory, projects).start()
+    daemon = Daemon(directory, projects, args=args, env=env).start()
     testcase.addCleanup(daemon.kill)
     return daemon
 
@@ -153,6 +155,17 @@ class OptionsDocumentedTests(unittest.TestCase):
                      cli.TAC_OPTIONS_VARIABLE, options.GRACE_VARIABLE,
                      options.NOTIFY_SECRET_VARIABLE):
             self.assertIn(name, text)
+
+
+class InstallDocumentedTests(unittest.TestCase):
+    def test_no_page_installs_from_an_index(self):
+        """netweir-serve is on no package index: every pip line of the docs
+        installs a checkout or a wheel by its path (issue 22: `pip install
+        'netweir-serve[postgresql]'` fails in a fresh virtualenv)."""
+        text = all_docs()
+        self.assertIn("pip install '/path/to/netweir-serve[postgresql]'", text)
+        self.assertEqual(re.findall(r"pip install (?:-U |--upgrade )?['\"]?netweir-serve\b.*", text),
+                         [])
 
 
 class ApiDocumentedTests(unittest.TestCase):
@@ -254,3 +267,123 @@ class ReadmeTests(unittest.TestCase):
                 self.assertEqual(entry["outcome"], "cancelled")
         self.assertEqual(
             seen, {"/schedule.json", "/listjobs.json", "/items/example/books/", "/cancel.json"})
+
+
+class PagesRunTests(unittest.TestCase):
+    """Every shell block of the pages that talks to the service, run in
+    the order written against real services (tests/docsrun.py), each
+    shown answer compared with the real one. Each test checks that the
+    blocks its page marks not run are the ones it expects."""
+
+    def run_page(self, name, example=True, site=True, args=(), env=None):
+        """Runs the page ``name`` (README.md or a page of docs/); with
+        ``example``, against what ./serve-example starts (with ``args``),
+        unless the page starts its own service first. Returns the reasons of the blocks it
+        marks not run."""
+        shop = None
+        if site:
+            shop = ExampleSite()
+            self.addCleanup(shop.stop)
+        session = docsrun.Session(self, site=shop)
+        if example:
+            session.services["6800"] = example_daemon(self, args, env)
+        page = README if name == "README.md" else os.path.join(DOCS, name)
+        return [b.not_run for b in docsrun.run_page(self, page, session)]
+
+    def test_readme(self):
+        self.assertEqual(self.run_page("README.md"), [])
+
+    def test_getting_started(self):
+        self.assertEqual(self.run_page("getting-started.md", example=False), [
+            "./serve-example runs it (tests.test_docs.ReadmeTests);"
+            " the lines below use the service started above"])
+
+    def test_getting_started_option_table_is_help(self):
+        """The table of getting-started, option for option, is what
+        ``netweir-serve --help`` lists."""
+        text = read(os.path.join(DOCS, "getting-started.md"))
+        table = text[text.index("| option | default |"):]
+        table = table[:table.index("\n\n")]
+        rows = [line.split("|")[1] for line in table.splitlines()[2:]]
+        documented = sorted({o for row in rows for o in re.findall(r"--[a-z][a-z-]*", row)})
+        self.assertEqual(documented, help_options())
+
+    def test_cluster(self):
+        """The one-machine recipe of cluster.md: createdb (a database of
+        the test's own, on the local PostgreSQL), three nodes, a job."""
+        from . import pg
+        pg.database_url()   # skips, or fails under CI=true, without a server
+        self.assertEqual(self.run_page("cluster.md", example=False), [
+            "a PostgreSQL server of another machine, and a password to type",
+            "three machines"])
+
+    def test_stopping(self):
+        self.assertEqual(self.run_page("stopping.md"), [])
+
+    def test_scheduling(self):
+        self.assertEqual(self.run_page("scheduling.md"), [])
+
+    def test_watching(self):
+        self.assertEqual(self.run_page("watching.md", args=["--max-jobs", "2"]), [
+            "a stream that ends only with Ctrl-C (tests.test_events reads it)",
+            "a receiver of notices on another machine", "a Slack webhook"])
+
+    def test_schedules(self):
+        # The page's answers come from a service in Berlin.
+        self.assertEqual(self.run_page("schedules.md", env={"TZ": "Europe/Berlin"}), [
+            'the schedule "A first schedule" adds and runs below',
+            "a spider file deleted under a running service (tests.test_timetable)"])
+
+    def test_security(self):
+        self.assertEqual(self.run_page("security.md", example=False), [
+            "writes /etc/netweir-serve (tests.test_guard checks checkers of one's own)",
+            "a certificate for crawl.example.com (tests.test_listen serves ssl: with one of its"
+            " own)"])
+
+    def test_projects(self):
+        self.assertEqual(self.run_page("projects.md", example=False, site=False), [])
+
+    def test_api(self):
+        self.assertEqual(self.run_page("api.md", args=["--max-jobs", "2"],
+                                       env={"TZ": "Europe/Berlin"}), [
+            "the run policies' own service (scheduling.md; tests.test_policies)",
+            "a spider file deleted under a running service (tests.test_timetable)"])
+
+
+# The pages PagesRunTests runs, each by a test of its own.
+RUN_PAGES = ["README.md", "getting-started.md", "cluster.md", "stopping.md", "scheduling.md",
+             "watching.md", "schedules.md", "security.md", "projects.md", "api.md"]
+
+
+class DocsNotRun(UserWarning):
+    """The blocks of the docs that the docs test does not run, listed."""
+
+
+class EveryBlockTests(unittest.TestCase):
+    def test_every_block_that_talks_to_the_service_is_run_or_says_why_not(self):
+        """Every shell block of README.md and docs/ that talks to the
+        service is on a page PagesRunTests runs, or is marked not run with
+        a reason; those are printed, so that none is left out silently."""
+        pages = [README] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
+        unrun, not_run = [], []
+        for page in pages:
+            name = os.path.basename(page)
+            for block in docsrun.service_blocks(page):
+                if block.not_run:
+                    not_run.append(f"{block.where()}: {block.not_run}")
+                elif name not in RUN_PAGES:
+                    unrun.append(block.where())
+        # A warning: trial lists it after the run (under -j, as ./run-tests
+        # runs, in _trial_temp/test.log), where a print would be lost.
+        warnings.warn("blocks of the docs not run by the docs test (marked in the page):\n"
+                      + "\n".join("  " + line for line in not_run), DocsNotRun)
+        self.assertEqual(unrun, [])
+        self.assertLess(len(not_run), 25)
+        for page in RUN_PAGES:
+            self.assertTrue(hasattr(PagesRunTests, "test_" + page.split(".")[0].replace("-", "_")
+                                    .lower()), page)
+
+    def test_a_mark_is_read_only_right_before_its_block(self):
+        blocks = docsrun.blocks(os.path.join(DOCS, "watching.md"))
+        marked = [b for b in blocks if b.not_run]
+        self.assertEqual([b.text.split()[0] for b in marked], ["curl", "NETWEIR_SERVE_NOTIFY_SECRET=$(cat", "netweir-serve"])
