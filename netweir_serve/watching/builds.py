@@ -10,8 +10,10 @@ class ListingBuilds:
     def __init__(self):
         self.counts = Counter()
 
+    def count(self, endpoint):
+        """Counts one build of ``endpoint``."""
+        self.counts[endpoint] += 1
+
     def counter(self, endpoint):
         """A function of no argument that counts one build of ``endpoint``."""
-        def built():
-            self.counts[endpoint] += 1
-        return built
+        return lambda: self.count(endpoint)

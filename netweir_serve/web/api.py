@@ -69,7 +69,7 @@ class DaemonStatus(ApiEndpoint):
     def __init__(self, api):
         super().__init__(api)
         self._cache = VersionCache(lambda: api.store,
-                                   built=api.listing_builds.counter("daemonstatus.json"))
+                                   built=lambda: api.listing_builds.count("daemonstatus.json"))
 
     def answer(self, params, request):
         return self._cache.answer(None, self._build)
@@ -144,7 +144,7 @@ class ListJobs(ApiEndpoint):
     def __init__(self, api):
         super().__init__(api)
         self._cache = VersionCache(lambda: api.store,
-                                   built=api.listing_builds.counter("listjobs.json"))
+                                   built=lambda: api.listing_builds.count("listjobs.json"))
 
     def answer(self, params, request):
         project = params.name("project", required=False)
