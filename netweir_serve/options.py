@@ -136,6 +136,18 @@ def exposed_refusal(given):
             " mean to let anyone who can reach it run spiders")
 
 
+# The command twistd runs the service as, which a refusal names.
+TWISTD_COMMAND = "twistd netweir-serve"
+
+
+def refuse(name, reason, hint):
+    """Ends a start refused for bad options: the ``reason`` first, then
+    ``hint`` (where the options are explained), on stderr, both lines
+    signed with ``name``, the command that was run; exit status 2."""
+    sys.stderr.write(f"{name}: error: {reason}\n{name}: {hint}\n")
+    raise SystemExit(2)
+
+
 def _seconds(text):
     try:
         value = float(text)
@@ -247,6 +259,17 @@ class ServeOptions(usage.Options):
         self["listen"] = []
         self["notify"] = []
         self["notify-on"] = OUTCOMES
+
+    def parseOptions(self, options=None):
+        if self.parent is None:
+            return super().parseOptions(options)
+        # Under twistd, whose own handling prints the usage of twistd and
+        # of every option here (some 50 lines, to stdout) before the
+        # reason, then exits 1: the reason alone, as netweir-serve says it.
+        try:
+            return super().parseOptions(options)
+        except usage.UsageError as e:
+            refuse(TWISTD_COMMAND, e, f"try '{TWISTD_COMMAND} --help'")
 
     def getSynopsis(self):
         # Under twistd the parent's usage line comes first; alone, ours.
