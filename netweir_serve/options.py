@@ -136,6 +136,18 @@ def exposed_refusal(given):
             " mean to let anyone who can reach it run spiders")
 
 
+# The .tac file for twistd -y, package data (the checkout's top-level
+# netweir-serve.tac is a copy of it, kept equal by tests/test_options.py).
+TAC_FILE = "netweir-serve.tac"
+
+
+def tac_text():
+    """The text of the .tac file installed with the package."""
+    from importlib.resources import files
+
+    return files(__package__).joinpath(TAC_FILE).read_text(encoding="utf-8")
+
+
 # The command twistd runs the service as, which a refusal names.
 TWISTD_COMMAND = "twistd netweir-serve"
 
@@ -280,6 +292,11 @@ class ServeOptions(usage.Options):
     def opt_version(self):
         """print netweir-serve's version and exit"""
         print(f"netweir-serve {__version__}")
+        raise SystemExit(0)
+
+    def opt_print_tac(self):
+        """print the .tac file for twistd -y and exit (netweir-serve --print-tac > netweir-serve.tac)"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        sys.stdout.write(tac_text())
         raise SystemExit(0)
 
     def opt_notify(self, url):

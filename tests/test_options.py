@@ -137,6 +137,20 @@ class CommandLineTests(unittest.TestCase):
             self.assertTrue(lines[0].startswith("netweir-serve: error: "), done.stderr)
             self.assertFalse(os.path.exists(directory), argv)
 
+    def test_print_tac_writes_the_tac_file_that_the_checkout_holds_too(self):
+        """The .tac is package data, written out by --print-tac; the
+        checkout's top-level netweir-serve.tac is a copy of it, for
+        running from a checkout, and must not drift from it."""
+        done = self.run_serve("--print-tac")
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        with open(os.path.join(ROOT, "netweir-serve.tac"), encoding="utf-8") as f:
+            self.assertEqual(done.stdout, f.read())
+        with open(os.path.join(ROOT, "netweir_serve", "netweir-serve.tac"),
+                  encoding="utf-8") as f:
+            self.assertEqual(done.stdout, f.read())
+        self.assertIn("application = tac_application()", done.stdout)
+        self.assertIn("--print-tac", self.run_serve("--help").stdout)
+
     def run_twistd(self, *argv, env=None):
         """This venv's twistd, from a folder of its own (it writes no pid
         file there with --pidfile=, but a .tac run may)."""
