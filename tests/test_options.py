@@ -178,6 +178,21 @@ class CommandLineTests(unittest.TestCase):
             "twistd netweir-serve: error: --bind 0.0.0.0 lets other machines reach"), done.stderr)
         self.assertEqual(len(done.stderr.splitlines()), 2, done.stderr)
 
+    def test_under_twistd_and_the_tac_an_unusable_dir_names_what_was_run(self):
+        base = os.path.abspath(self.mktemp())
+        os.makedirs(base)
+        taken = os.path.join(base, "a-file")
+        open(taken, "w").close()
+        done = self.run_twistd("-n", "--pidfile=", "netweir-serve", "--dir", taken)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(done.stderr, f"twistd netweir-serve: error: cannot use --dir {taken}:"
+                                      f" {taken} is a file, not a folder\n")
+        done = self.run_twistd("-n", "--pidfile=", "-y", os.path.join(ROOT, "netweir-serve.tac"),
+                               env={"NETWEIR_SERVE_OPTIONS": f"--dir {taken}"})
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertTrue(done.stderr.startswith(
+            f"netweir-serve (.tac): error: cannot use --dir {taken}:"), done.stderr)
+
     def test_under_the_tac_a_refusal_names_the_variable_it_read(self):
         tac = os.path.join(ROOT, "netweir-serve.tac")
         done = self.run_twistd("-n", "--pidfile=", "-y", tac,
