@@ -32,7 +32,7 @@ def _whole_file_for_long_suffix(request, size):
     if header is None:
         return
     match = _SUFFIX_RANGE.match(header.encode("latin-1") if isinstance(header, str) else header)
-    if not match or not 0 < int(match.group(1)):
+    if not match or int(match.group(1)) == 0:
         return
     if size == 0:
         request.requestHeaders.removeHeader(b"range")
