@@ -143,6 +143,23 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
+# A client that goes away mid-answer: Netweir resets its connections when
+# a crawl is cancelled. Nothing went wrong in the shop, so nothing is said.
+CLIENT_GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+class Bookshop(ThreadingHTTPServer):
+    """The shop's server: one thread a connection, quiet about clients
+    that reset or hang up; any other error still prints its traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], CLIENT_GONE):
+            return
+        super().handle_error(request, client_address)
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -170,8 +187,7 @@ def main(argv=None):
                         help="close once the process PID has ended")
     options = parser.parse_args(argv)
     Handler.quiet = options.quiet
-    server = ThreadingHTTPServer((options.host, options.port), Handler)
-    server.daemon_threads = True
+    server = Bookshop((options.host, options.port), Handler)
     if options.exit_with:
         threading.Thread(target=close_when_gone, args=(server, options.exit_with),
                          daemon=True).start()

@@ -14,32 +14,38 @@ from twisted.python import usage
 
 from .dirlock import DirectoryBusy, DirectoryUnusable
 from .listening import ListenError
-from .options import ServeOptions
+from .options import TWISTD_COMMAND, ServeOptions, refuse
 
 PROG = "netweir-serve"
 
 # The .tac file reads its options from here, as a command line would give them.
 TAC_OPTIONS_VARIABLE = "NETWEIR_SERVE_OPTIONS"
 
-def parse(argv, environ=None, checkers=()):
+# What a refusal of the .tac's options is signed with, and where it sends
+# the reader: the .tac has no command line of its own to name.
+TAC_NAME = f"{PROG} (.tac)"
+TAC_HINT = (f"the options come from ${TAC_OPTIONS_VARIABLE}, written as on the command"
+            f" line; 'netweir-serve --help' lists them")
+
+
+def parse(argv, environ=None, checkers=(), name=PROG, hint=f"try '{PROG} --help'"):
     """ServeOptions for ``argv`` (with more twisted.cred ``checkers`` of
-    basic auth, if any); on a usage error, prints one line and exits with
-    status 2 before anything is written."""
+    basic auth, if any); on a usage error, prints the reason, then ``hint``,
+    both signed ``name``, and exits with status 2 before anything is
+    written."""
     options = ServeOptions(environ, checkers)
     try:
         options.parseOptions(argv)
     except usage.UsageError as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
-        sys.stderr.write(f"{PROG}: try '{PROG} --help'\n")
-        raise SystemExit(2) from None
+        refuse(name, e, hint)
     return options
 
 
-def build(options, reactor):
+def build(options, reactor, name=PROG):
     """The service for parsed ``options``; exits with status 1 when the
     directory belongs to another running service or cannot be used, 2 when
     an endpoint cannot be made (TLS files that do not load, a systemd
-    socket that was not passed on)."""
+    socket that was not passed on), saying why in a line signed ``name``."""
     # Imported here: the daemon's modules import Twisted's endpoints and web
     # client, which load pyOpenSSL unless main() has kept it out first.
     from .service import makeService
@@ -47,10 +53,10 @@ def build(options, reactor):
     try:
         return makeService(options.config(), reactor)
     except (DirectoryBusy, DirectoryUnusable) as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
+        sys.stderr.write(f"{name}: error: {e}\n")
         raise SystemExit(1) from None
     except ListenError as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
+        sys.stderr.write(f"{name}: error: {e}\n")
         raise SystemExit(2) from None
 
 
@@ -100,11 +106,12 @@ def main(argv=None):
     return 0
 
 
-def twistd_service(options):
-    """The service ``twistd netweir-serve`` runs, from its parsed options."""
+def twistd_service(options, name=TWISTD_COMMAND):
+    """The service ``twistd netweir-serve`` runs, from its parsed options;
+    ``name`` signs the line saying why it cannot be built."""
     from twisted.internet import reactor
 
-    serve = build(options, reactor)
+    serve = build(options, reactor, name)
     reactor.callWhenRunning(serve.install_signal_handlers)
     return serve
 
@@ -115,7 +122,8 @@ def tac_application(environ=None, checkers=()):
     twisted.cred checkers of basic auth, beside or instead of the username
     and password (docs/security.md)."""
     environ = os.environ if environ is None else environ
-    options = parse(shlex.split(environ.get(TAC_OPTIONS_VARIABLE, "")), environ, checkers)
+    options = parse(shlex.split(environ.get(TAC_OPTIONS_VARIABLE, "")), environ, checkers,
+                    name=TAC_NAME, hint=TAC_HINT)
     application = service.Application(PROG)
-    twistd_service(options).setServiceParent(application)
+    twistd_service(options, TAC_NAME).setServiceParent(application)
     return application

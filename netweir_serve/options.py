@@ -136,6 +136,30 @@ def exposed_refusal(given):
             " mean to let anyone who can reach it run spiders")
 
 
+# The .tac file for twistd -y, package data (the checkout's top-level
+# netweir-serve.tac is a copy of it, kept equal by tests/test_options.py).
+TAC_FILE = "netweir-serve.tac"
+
+
+def tac_text():
+    """The text of the .tac file installed with the package."""
+    from importlib.resources import files
+
+    return files(__package__).joinpath(TAC_FILE).read_text(encoding="utf-8")
+
+
+# The command twistd runs the service as, which a refusal names.
+TWISTD_COMMAND = "twistd netweir-serve"
+
+
+def refuse(name, reason, hint):
+    """Ends a start refused for bad options: the ``reason`` first, then
+    ``hint`` (where the options are explained), on stderr, both lines
+    signed with ``name``, the command that was run; exit status 2."""
+    sys.stderr.write(f"{name}: error: {reason}\n{name}: {hint}\n")
+    raise SystemExit(2)
+
+
 def _seconds(text):
     try:
         value = float(text)
@@ -248,6 +272,17 @@ class ServeOptions(usage.Options):
         self["notify"] = []
         self["notify-on"] = OUTCOMES
 
+    def parseOptions(self, options=None):
+        if self.parent is None:
+            return super().parseOptions(options)
+        # Under twistd, whose own handling prints the usage of twistd and
+        # of every option here (some 50 lines, to stdout) before the
+        # reason, then exits 1: the reason alone, as netweir-serve says it.
+        try:
+            return super().parseOptions(options)
+        except usage.UsageError as e:
+            refuse(TWISTD_COMMAND, e, f"try '{TWISTD_COMMAND} --help'")
+
     def getSynopsis(self):
         # Under twistd the parent's usage line comes first; alone, ours.
         if self.parent is None:
@@ -257,6 +292,11 @@ class ServeOptions(usage.Options):
     def opt_version(self):
         """print netweir-serve's version and exit"""
         print(f"netweir-serve {__version__}")
+        raise SystemExit(0)
+
+    def opt_print_tac(self):
+        """print the .tac file for twistd -y and exit (netweir-serve --print-tac > netweir-serve.tac)"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        sys.stdout.write(tac_text())
         raise SystemExit(0)
 
     def opt_notify(self, url):

@@ -33,8 +33,8 @@ a user's build fetches too (setuptools, for pip's build isolation):
   checkout's root, ``python -c`` or ``-m`` would have the checkout's
   twisted/plugins on sys.path whatever the packaging. twistd itself adds
   neither its working directory nor the .tac file's folder to sys.path,
-  so the checkout's netweir-serve.tac, run by path, imports the installed
-  package.
+  so the .tac that the installed ``netweir-serve --print-tac`` writes out
+  imports the installed package.
 """
 
 import json
@@ -174,18 +174,20 @@ def installed():
 
 
 class InstalledDaemon(Daemon):
-    """A Daemon run by the fresh venv, from elsewhere than the checkout."""
+    """A Daemon run by the fresh venv, from elsewhere than the checkout
+    (from ``cwd``, if given: by default the venv's own folder for it)."""
 
-    def __init__(self, fresh, directory, command, **kw):
+    def __init__(self, fresh, directory, command, cwd=None, **kw):
         super().__init__(directory, command=command, **kw)
         self.fresh = fresh
+        self.cwd = cwd or fresh.cwd
 
     def spawn(self):
         if self.port is None:
             self.port = free_port()
         self._output = open(self.output_path, "ab")
         self.process = subprocess.Popen(
-            self.argv(), cwd=self.fresh.cwd, env=self.fresh.env(**(self.env or {})),
+            self.argv(), cwd=self.cwd, env=self.fresh.env(**(self.env or {})),
             stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
             start_new_session=True)
         return self
@@ -213,6 +215,8 @@ class WheelTests(unittest.TestCase):
                          ["twisted/plugins/netweir_serve_plugin.py"])
         self.assertIn(f"{DIST}/__init__.py", names)
         self.assertIn(f"{DIST}/twistd_plugin.py", names)
+        # The .tac, which netweir-serve --print-tac writes out.
+        self.assertIn(f"{DIST}/netweir-serve.tac", names)
         # The dashboard's static files are package data.
         for name in ("dashboard.js", "dashboard.css"):
             self.assertIn(f"{DIST}/web/dashboard/{name}", names)
@@ -264,17 +268,34 @@ class WheelTests(unittest.TestCase):
             self.fresh, directory, [self.fresh.twistd, "-n", "--pidfile=", "netweir-serve"],
             projects=[f"shop={self.spiders}"]))
 
-    def test_tac_file_serves(self):
-        """The checkout's .tac, run by path, imports the installed package."""
+    def test_console_script_serves(self):
         directory = os.path.join(self.fresh.cwd, self.id().rsplit(".", 1)[-1])
-        tac = os.path.join(ROOT, "netweir-serve.tac")
+        self.check_serves(InstalledDaemon(
+            self.fresh, directory, [os.path.join(self.fresh.bin, "netweir-serve")],
+            projects=[f"shop={self.spiders}"]))
+
+    def test_tac_file_serves(self):
+        """As docs/production.md says, with nothing from the checkout:
+        ``netweir-serve --print-tac > netweir-serve.tac``, then
+        ``twistd -ny netweir-serve.tac`` in that folder (which also holds
+        its twistd.pid while it runs)."""
+        directory = os.path.join(self.fresh.cwd, self.id().rsplit(".", 1)[-1])
+        here = directory + "-tac"
+        os.makedirs(here)
+        tac = os.path.join(here, "netweir-serve.tac")
+        with open(tac, "w") as out:
+            subprocess.run([os.path.join(self.fresh.bin, "netweir-serve"), "--print-tac"],
+                           stdout=out, cwd=here, env=self.fresh.env(), check=True, timeout=60)
+        with open(tac) as f:
+            self.assertIn("application = tac_application()", f.read())
         daemon = InstalledDaemon(self.fresh, directory,
-                                 [self.fresh.twistd, "-n", "--pidfile=", "-y", tac])
+                                 [self.fresh.twistd, "-ny", "netweir-serve.tac"], cwd=here)
         daemon.port = free_port()
         daemon.argv = lambda: list(daemon.command)
         daemon.env = {"NETWEIR_SERVE_OPTIONS":
                       f"--project shop={self.spiders} --port {daemon.port} --dir {directory}"}
         self.check_serves(daemon)
+        self.assertFalse(os.path.exists(os.path.join(here, "twistd.pid")))
 
 
 class EditableTests(unittest.TestCase):

@@ -137,6 +137,72 @@ class CommandLineTests(unittest.TestCase):
             self.assertTrue(lines[0].startswith("netweir-serve: error: "), done.stderr)
             self.assertFalse(os.path.exists(directory), argv)
 
+    def test_print_tac_writes_the_tac_file_that_the_checkout_holds_too(self):
+        """The .tac is package data, written out by --print-tac; the
+        checkout's top-level netweir-serve.tac is a copy of it, for
+        running from a checkout, and must not drift from it."""
+        done = self.run_serve("--print-tac")
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        with open(os.path.join(ROOT, "netweir-serve.tac"), encoding="utf-8") as f:
+            self.assertEqual(done.stdout, f.read())
+        with open(os.path.join(ROOT, "netweir_serve", "netweir-serve.tac"),
+                  encoding="utf-8") as f:
+            self.assertEqual(done.stdout, f.read())
+        self.assertIn("application = tac_application()", done.stdout)
+        self.assertIn("--print-tac", self.run_serve("--help").stdout)
+
+    def run_twistd(self, *argv, env=None):
+        """This venv's twistd, from a folder of its own (it writes no pid
+        file there with --pidfile=, but a .tac run may)."""
+        cwd = os.path.abspath(self.mktemp())
+        os.makedirs(cwd)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("NETWEIR_SERVE_")}
+        environment.update(env or {})
+        twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+        return subprocess.run([twistd, *argv], cwd=cwd, env=environment,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_under_twistd_a_refusal_says_why_first_and_names_twistd(self):
+        """twistd itself would print its 50 lines of usage to stdout, then
+        the reason, and exit 1: the reason is all, on stderr, with the
+        command that shows the help, and status 2 as netweir-serve's."""
+        done = self.run_twistd("-n", "--pidfile=", "netweir-serve", "--port", "x")
+        self.assertEqual((done.returncode, done.stdout), (2, ""), done.stderr)
+        self.assertEqual(done.stderr.splitlines(), [
+            "twistd netweir-serve: error: --port takes a whole number, not 'x'",
+            "twistd netweir-serve: try 'twistd netweir-serve --help'"])
+        # The same for a refusal of postOptions (a check across options).
+        done = self.run_twistd("-n", "--pidfile=", "netweir-serve", "--bind", "0.0.0.0")
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertTrue(done.stderr.startswith(
+            "twistd netweir-serve: error: --bind 0.0.0.0 lets other machines reach"), done.stderr)
+        self.assertEqual(len(done.stderr.splitlines()), 2, done.stderr)
+
+    def test_under_twistd_and_the_tac_an_unusable_dir_names_what_was_run(self):
+        base = os.path.abspath(self.mktemp())
+        os.makedirs(base)
+        taken = os.path.join(base, "a-file")
+        open(taken, "w").close()
+        done = self.run_twistd("-n", "--pidfile=", "netweir-serve", "--dir", taken)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(done.stderr, f"twistd netweir-serve: error: cannot use --dir {taken}:"
+                                      f" {taken} is a file, not a folder\n")
+        done = self.run_twistd("-n", "--pidfile=", "-y", os.path.join(ROOT, "netweir-serve.tac"),
+                               env={"NETWEIR_SERVE_OPTIONS": f"--dir {taken}"})
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertTrue(done.stderr.startswith(
+            f"netweir-serve (.tac): error: cannot use --dir {taken}:"), done.stderr)
+
+    def test_under_the_tac_a_refusal_names_the_variable_it_read(self):
+        tac = os.path.join(ROOT, "netweir-serve.tac")
+        done = self.run_twistd("-n", "--pidfile=", "-y", tac,
+                               env={"NETWEIR_SERVE_OPTIONS": "--port x"})
+        self.assertEqual((done.returncode, done.stdout), (2, ""), done.stderr)
+        first, hint = done.stderr.splitlines()
+        self.assertEqual(first, "netweir-serve (.tac): error: --port takes a whole number, not 'x'")
+        self.assertIn("$NETWEIR_SERVE_OPTIONS", hint)
+        self.assertIn("'netweir-serve --help'", hint)
+
     def test_help_mentions_environment_for_secrets(self):
         done = self.run_serve("--help")
         self.assertEqual(done.returncode, 0)

@@ -147,6 +147,33 @@ class ZeroCopyTests(TestCase):
         self.assertEqual((status, body), (206, self.data))
 
     @inlineCallbacks
+    def test_ranges_of_an_empty_file(self):
+        """A running job's log is empty at first. RFC 9110 14.1.3: a suffix
+        range of a non-zero length is satisfiable whatever the size, and
+        "the entire representation is used" when it is longer; for an empty
+        one no Content-Range can name it, so the answer is the whole (empty)
+        file, 200 -- as docs/watching.md promises. A first-pos at or past
+        the end (0- of nothing, 5-) and a zero-length suffix are not
+        satisfiable: 416, naming the size."""
+        self.grow(0)
+        port = self.listen_tcp()
+        for asked in ("bytes=-1000", "bytes=-1"):
+            status, headers, body = yield self.fetch(port, [("Range", asked)])
+            self.assertEqual((status, headers["content-length"], body), (200, "0", b""), asked)
+            self.assertNotIn("content-range", headers, asked)
+        for asked in ("bytes=0-", "bytes=5-", "bytes=-0"):
+            status, headers, body = yield self.fetch(port, [("Range", asked)])
+            self.assertEqual((status, headers.get("content-range"), body),
+                             (416, "bytes */0", b""), asked)
+        # Once the job writes, the same suffix range gets what there is.
+        self.data = b"0123456789"
+        with open(self.file, "wb") as f:
+            f.write(self.data)
+        status, headers, body = yield self.fetch(port, [("Range", "bytes=-1000")])
+        self.assertEqual((status, headers["content-range"], body),
+                         (206, "bytes 0-9/10", self.data))
+
+    @inlineCallbacks
     def test_unsatisfiable_range_and_head_send_no_body(self):
         port = self.listen_tcp()
 

@@ -21,15 +21,22 @@ _SUFFIX_RANGE = re.compile(rb"\s*bytes\s*=\s*-\s*(\d+)\s*\Z")
 
 
 def _whole_file_for_long_suffix(request, size):
-    """RFC 9110: a suffix range longer than the file means the whole file
-    (Gerapy asks for the last 1,000 bytes of every log); twisted.web would
-    compute a negative offset and fail, so such a Range is asked as
-    ``bytes=0-``, which it serves as the whole file."""
+    """RFC 9110 14.1.3: a suffix range longer than the file means the whole
+    file (Gerapy asks for the last 1,000 bytes of every log); twisted.web
+    would compute a negative offset and fail, so such a Range is asked as
+    ``bytes=0-``, which it serves as the whole file. An empty file (a
+    running job's log before its first line) has no byte a Content-Range
+    could name, yet a non-zero suffix range of it is still satisfiable:
+    the Range is dropped, and the answer is the whole empty file, 200."""
     header = request.getHeader(b"range")
     if header is None:
         return
     match = _SUFFIX_RANGE.match(header.encode("latin-1") if isinstance(header, str) else header)
-    if match and int(match.group(1)) >= size:
+    if not match or int(match.group(1)) == 0:
+        return
+    if size == 0:
+        request.requestHeaders.removeHeader(b"range")
+    elif int(match.group(1)) >= size:
         request.requestHeaders.setRawHeaders(b"range", [b"bytes=0-"])
 
 
