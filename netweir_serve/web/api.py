@@ -160,7 +160,7 @@ class ListJobs(ApiEndpoint):
 
     def _listing(self, jobs, served):
         pending, running, finished = jobs
-        holding = RunningSet(running)
+        holding = RunningSet(running, data_dir_of=self._data_dir_of)
 
         def waits_for(record):
             return served.waits_for(record) or holding.waits_for(record,
@@ -172,6 +172,13 @@ class ListJobs(ApiEndpoint):
             "running": [job_entry(r) for r in running],
             "finished": [job_entry(r) for r in reversed(finished)],
         })
+
+
+    def _data_dir_of(self, project):
+        try:
+            return self.api.submitter.data_dir(self.api.submitter.project(project))
+        except UnknownProject:
+            return None
 
 
 class JobStats(ApiEndpoint):
