@@ -11,6 +11,7 @@ Finish, Log, Items. The job's outcome is a tenth cell after Items, which
 that regular expression skips. Every value is escaped.
 """
 
+import os
 import time
 from datetime import datetime
 from html import escape
@@ -90,6 +91,7 @@ def refuse_method(request):
 def document(title, body):
     """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup."""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<link rel="icon" href="/favicon.ico">\n'
             f"<title>{escape(title)}</title>\n<style>\n{_STYLE}\n</style>\n</head>\n"
             f"<body>\n{body}</body>\n</html>\n")
 
@@ -290,7 +292,35 @@ class Jobs(HtmlPage):
                          finished_rows, schedule_rows, self.columns)
 
 
+# -- /favicon.ico -------------------------------------------------------------------
+
+FAVICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "favicon.ico")
+
+
+class Favicon(Resource):
+    """/favicon.ico, which every browser asks for: a 16-pixel icon (a white
+    n on green, 135 bytes), read once, at the first request."""
+
+    isLeaf = True
+    _icon = None
+
+    def render(self, request):
+        if request.postpath:
+            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
+        refused = refuse_method(request)
+        if refused is not None:
+            return refused
+        if Favicon._icon is None:
+            with open(FAVICON, "rb") as f:
+                Favicon._icon = f.read()
+        request.setHeader(b"content-type", b"image/x-icon")
+        request.setHeader(b"cache-control", b"max-age=86400")
+        request.setHeader(b"content-length", str(len(self._icon)).encode("ascii"))
+        return b"" if request.method == b"HEAD" else self._icon
+
+
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
     jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"))
-    return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files()}
+    return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files(),
+            b"favicon.ico": Favicon()}
