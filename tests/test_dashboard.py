@@ -11,11 +11,15 @@ Set ``DASHBOARD_SCREENSHOT=docs/dashboard.png`` to write the screenshot
 the docs show.
 """
 
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from datetime import datetime
 
 from twisted.internet.task import Clock
 from twisted.trial import unittest
@@ -23,7 +27,9 @@ from twisted.trial import unittest
 from netweir_serve.jobs.records import JobRecord
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 
-from .processes import ROOT
+from netweir_serve.web.pages import PAGE_TIME
+
+from .processes import ROOT, wait_until
 from .test_jobs import CrawlTestCase
 from .test_pages import assert_valid_html
 
@@ -157,3 +163,92 @@ class BrowserTests(CrawlTestCase):
         self.assertTrue(page.evaluate("window.notReloaded === true"))
         self.assertEqual(errors, [])
         return jobid
+
+
+# Every absolute time on the dashboard: the /jobs page's format, local time.
+SHOWN_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+
+# (width, height) of a phone and of a laptop, for "no horizontal scroll".
+PHONE, LAPTOP = (390, 844), (1280, 800)
+
+
+def seed_finished(directory, count, now):
+    """``count`` finished jobs of shop/books, ended minutes to an hour before
+    ``now``, as the service that ran them left them: rows of its job table
+    and their stats over time (DIR/history), three points each, the last at
+    the job's end. {job id: (start, end)}."""
+    store = SQLiteJobStore(os.path.join(directory, "jobs.db"), Clock())
+    times = {}
+    for i in range(count):
+        jobid = f"done-{i:02d}"
+        start = now - 3600 + i * 60
+        end = start + 20
+        store.add(JobRecord(id=jobid, project="shop", spider="books",
+                            spider_file="/nowhere/books.py"))
+        store.claim_next(socket.gethostname(), ["shop"], start)
+        store.mark_finished(jobid, "finished", end, exit_status=0,
+                            stats={"items": i + 1, "fetched": 2 * i + 3})
+        folder = os.path.join(directory, "history", "shop", "books")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, jobid + ".jsonl"), "w") as f:
+            for t, items, pages in ((start + 2, 0, 1), (start + 11, i, i + 2),
+                                    (end, i + 1, 2 * i + 3)):
+                f.write(json.dumps({"time": t, "stats": {"items": items, "fetched": pages}})
+                        + "\n")
+        times[jobid] = (start, end)
+    store.close()
+    return times
+
+
+def polyline(svg_markup, kind):
+    """The (x, y) points of a chart's ``kind`` line (items or pages)."""
+    found = re.search(rf'<polyline class="{kind}" points="([^"]*)"', svg_markup)
+    if found is None:
+        return []
+    return [tuple(float(v) for v in p.split(",")) for p in found.group(1).split()]
+
+
+class PageTests(CrawlTestCase):
+    """What the dashboard shows, read in a real browser."""
+
+    def setUp(self):
+        super().setUp()
+        self.sync_playwright, self.executable = browser_or_skip(self)
+
+    def open(self, daemon, path="/", size=LAPTOP, watch=None):
+        """A page of ``daemon`` in a new browser (closed at cleanup), once
+        the dashboard is live; ``watch(page)`` is called before it loads."""
+        playwright = self.sync_playwright().start()
+        self.addCleanup(playwright.stop)
+        browser = playwright.chromium.launch(executable_path=self.executable)
+        self.addCleanup(browser.close)
+        page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+        self.errors = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        if watch is not None:
+            watch(page)
+        page.goto(f"http://127.0.0.1:{daemon.port}{path}")
+        if path == "/":
+            page.wait_for_selector('#dashboard[data-state="live"]', timeout=15000)
+        return page
+
+    def seeded(self, count=25):
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        self.times = seed_finished(directory, count, time.time())
+        return self.daemon(directory=directory)
+
+    def test_a_finished_jobs_chart_ends_at_its_end(self):
+        daemon = self.seeded(3)
+        page = self.open(daemon)
+        chart = page.locator('#finished tr[data-job="done-02"] svg')
+        chart.locator("polyline.items").wait_for(timeout=15000)
+        points = polyline(chart.evaluate("svg => svg.outerHTML"), "items")
+        width = float(chart.get_attribute("width"))
+        # History at 2, 11 and 20 s after the start, the end: the middle
+        # point halfway across, not squeezed to the left by a last point
+        # at the time the page loaded (an hour later).
+        self.assertEqual(len(points), 3, points)
+        self.assertAlmostEqual(points[1][0] / width, 0.5, delta=0.05)
+        self.assertEqual(self.errors, [])
+
+

@@ -82,8 +82,12 @@
     series.set(id, points);
     for (const point of answer.history || []) addPoint(id, point.time, point.stats);
     if (answer.stats) {
-      addPoint(id, Date.now() / 1000, answer.stats);
+      // A running job's stats are as of now; a finished job's as of its
+      // end (its series ends there already: not stretched to this moment).
       const entry = jobs.get(id);
+      const asOf = answer.state === "finished" ? (entry ? parseTime(entry.end_time) : null)
+        : Date.now() / 1000;
+      if (asOf !== null) addPoint(id, asOf, answer.stats);
       if (entry && entry.state === answer.state && !entry.stats) entry.stats = answer.stats;
     }
     redraw();
