@@ -251,4 +251,31 @@ class PageTests(CrawlTestCase):
         self.assertAlmostEqual(points[1][0] / width, 0.5, delta=0.05)
         self.assertEqual(self.errors, [])
 
+    def test_every_finished_job_listed_gets_its_items_and_chart_a_few_requests_at_a_time(self):
+        daemon = self.seeded(25)
+        asked, open_now, most = [], set(), [0]
+
+        def watch(page):
+            def sent(request):
+                if "/jobstats.json" in request.url:
+                    asked.append(request.url)
+                    open_now.add(request)
+                    most[0] = max(most[0], len(open_now))
+
+            page.on("request", sent)
+            page.on("requestfinished", lambda request: open_now.discard(request))
+            page.on("requestfailed", lambda request: open_now.discard(request))
+
+        page = self.open(daemon, watch=watch)
+        rows = page.locator("#finished tbody tr")
+        wait_until(lambda: page.locator("#finished tbody tr svg polyline.items").count() == 20,
+                   20, "a chart in each of the 20 finished rows")
+        self.assertEqual(rows.count(), 20)
+        for i in range(5, 25):  # the 20 most recent
+            row = page.locator(f'#finished tr[data-job="done-{i:02d}"]')
+            self.assertEqual(row.locator("td.items").inner_text(), str(i + 1))
+        self.assertEqual(len(asked), 20)
+        self.assertLessEqual(most[0], 4)
+        self.assertEqual(self.errors, [])
+
 

@@ -5,8 +5,8 @@
 "use strict";
 
 (function () {
-  const FINISHED_SHOWN = 20;     // recent finished jobs on the page
-  const HISTORY_FETCHED = 10;    // of which this many get a chart at load
+  const FINISHED_SHOWN = 20;     // recent finished jobs on the page, each with a chart
+  const HISTORIES_AT_ONCE = 3;   // stats histories asked for at a time
   const RATE_WINDOW = 60;        // seconds the "rates now" look back
   const MAX_POINTS = 600;        // points kept per chart in the page
 
@@ -14,6 +14,9 @@
   const series = new Map();      // id -> [{t, items, pages}]
   const schedules = new Map();   // name -> entry
   let thisNode = null;           // the node answering (listjobs.json's node_name)
+  const historyQueue = [];       // ids whose history is still to be asked for
+  const historyAsked = new Set(); // ids queued or being asked for
+  let historiesOpen = 0;
   let drawing = false;
 
   // -- helpers ----------------------------------------------------------------
@@ -93,6 +96,28 @@
     redraw();
   }
 
+  // Histories are asked for a few at a time, the running jobs' first and
+  // then the finished jobs' from the most recent: a page with 20 finished
+  // jobs sends 20 requests, never 20 at once to a busy service.
+  function wantHistory(id) {
+    if (series.has(id) || historyAsked.has(id)) return;
+    historyAsked.add(id);
+    historyQueue.push(id);
+    nextHistory();
+  }
+
+  function nextHistory() {
+    while (historiesOpen < HISTORIES_AT_ONCE && historyQueue.length) {
+      const id = historyQueue.shift();
+      historiesOpen++;
+      loadHistory(id).catch(() => {}).finally(() => {
+        historiesOpen--;
+        historyAsked.delete(id);
+        nextHistory();
+      });
+    }
+  }
+
   async function reload() {
     const listing = await getJSON("/listjobs.json");
     if (listing.status !== "ok") { setLive("error: " + listing.message); return; }
@@ -107,9 +132,8 @@
       }
     }
     for (const id of Array.from(jobs.keys())) if (!seen.has(id)) jobs.delete(id);
-    const wanted = listing.running.map(e => e.id)
-      .concat(listing.finished.slice(0, HISTORY_FETCHED).map(e => e.id));
-    for (const id of wanted) if (!series.has(id)) loadHistory(id).catch(() => {});
+    for (const entry of listing.running) wantHistory(entry.id);
+    for (const entry of ordered("finished")) wantHistory(entry.id);
     const listed = await getJSON("/listschedules.json");
     if (listed.status === "ok") {
       schedules.clear();
@@ -127,6 +151,8 @@
     if (entry.state === "running" && !series.has(entry.id) && !(known && known.state === "running")) {
       series.set(entry.id, []);
     }
+    // One that ended unseen (before the page's listing, or on another node).
+    if (entry.state === "finished") wantHistory(entry.id);
     redraw();
   }
 
@@ -199,7 +225,7 @@
       const stats = entry.stats;
       return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td>${esc(shortTime(start))}</td><td>${start === null ? "" : clock(now - start)}</td>` +
-        `<td>${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
+        `<td class="items">${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
         `<td class="rates">${ratesNow(entry.id)}</td><td>${chart(entry.id, 200, 40)}</td>` +
         `<td>${cancelButton(entry)}</td>`;
     },
@@ -214,7 +240,7 @@
       return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
         `<td>${esc(shortTime(end))}</td><td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
-        `<td>${esc(items ?? "")}</td><td>${series.has(entry.id) ? chart(entry.id, 120, 24) : ""}</td>`;
+        `<td class="items">${esc(items ?? "")}</td><td>${series.has(entry.id) ? chart(entry.id, 120, 24) : ""}</td>`;
     },
   };
 
