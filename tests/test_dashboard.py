@@ -30,6 +30,7 @@ from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.web.pages import PAGE_TIME
 
 from .processes import ROOT, wait_until
+from .test_cluster import AUTH, ClusterTestCase
 from .test_jobs import CrawlTestCase
 from .test_pages import assert_valid_html
 
@@ -279,3 +280,27 @@ class PageTests(CrawlTestCase):
         self.assertEqual(self.errors, [])
 
 
+
+class DownNodeTests(ClusterTestCase):
+    def test_a_finished_job_of_a_node_now_down_says_so(self):
+        sync_playwright, executable = browser_or_skip(self)
+        n0 = self.node("n0", 1)
+        gone = n0.must_schedule("shop", "echo", jobid="echo-on-n0")
+        self.assertEqual(n0.wait_state(gone, "finished")["node"], "n0")
+        n1 = self.node("n1", 1)
+        self.kill9(n0)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable)
+            try:
+                context = browser.new_context(http_credentials={"username": AUTH[0],
+                                                                "password": AUTH[1]})
+                page = context.new_page()
+                page.goto(f"http://127.0.0.1:{n1.port}/")
+                row = page.locator(f'#finished tr[data-job="{gone}"]')
+                mark = row.locator(".unavailable")
+                mark.wait_for(timeout=20000)
+                self.assertEqual(mark.inner_text(), "unavailable: node n0 is down")
+                # Its items are in the shared table all the same.
+                self.assertEqual(row.locator("td.items").inner_text(), "1")
+            finally:
+                browser.close()

@@ -12,6 +12,7 @@
 
   const jobs = new Map();        // id -> entry (with state)
   const series = new Map();      // id -> [{t, items, pages}]
+  const unavailable = new Map(); // id -> why its history cannot be had (its node is down)
   const schedules = new Map();   // name -> entry
   let thisNode = null;           // the node answering (listjobs.json's node_name)
   const historyQueue = [];       // ids whose history is still to be asked for
@@ -78,9 +79,24 @@
     series.set(id, points);
   }
 
+  // jobstats.json's answer when the node that ran a job (and holds its
+  // history) is down: "job ID is on node NAME, which is down".
+  const NODE_DOWN = /is on node (.+), which is down$/;
+
   async function loadHistory(id) {
     const answer = await getJSON("/jobstats.json?history=1&job=" + encodeURIComponent(id));
+    const down = answer.status === "error" ? NODE_DOWN.exec(answer.message || "") : null;
+    if (down) {
+      // Its stats are in the shared job table all the same.
+      unavailable.set(id, {node: down[1], message: answer.message});
+      const plain = await getJSON("/jobstats.json?job=" + encodeURIComponent(id));
+      const entry = jobs.get(id);
+      if (plain.status === "ok" && entry && entry.state === plain.state) entry.stats = plain.stats;
+      redraw();
+      return;
+    }
     if (answer.status !== "ok") return;
+    unavailable.delete(id);
     const points = [];
     series.set(id, points);
     for (const point of answer.history || []) addPoint(id, point.time, point.stats);
@@ -100,7 +116,7 @@
   // then the finished jobs' from the most recent: a page with 20 finished
   // jobs sends 20 requests, never 20 at once to a busy service.
   function wantHistory(id) {
-    if (series.has(id) || historyAsked.has(id)) return;
+    if (series.has(id) || unavailable.has(id) || historyAsked.has(id)) return;
     historyAsked.add(id);
     historyQueue.push(id);
     nextHistory();
@@ -132,6 +148,7 @@
       }
     }
     for (const id of Array.from(jobs.keys())) if (!seen.has(id)) jobs.delete(id);
+    unavailable.clear();  // a node may be back: ask again
     for (const entry of listing.running) wantHistory(entry.id);
     for (const entry of ordered("finished")) wantHistory(entry.id);
     const listed = await getJSON("/listschedules.json");
@@ -189,6 +206,15 @@
       `<rect class="frame" x="0.5" y="0.5" width="${width - 1}" height="${height - 1}"></rect>${lines}</svg>`;
   }
 
+  function chartOrWhyNot(id, width, height) {
+    const why = unavailable.get(id);
+    if (why) {
+      return `<span class="unavailable" title="${esc(why.message)}">unavailable: node` +
+        ` ${esc(why.node)} is down</span>`;
+    }
+    return series.has(id) ? chart(id, width, height) : "";
+  }
+
   function ratesNow(id) {
     const points = series.get(id) || [];
     if (points.length < 2) return "";
@@ -226,7 +252,7 @@
       return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td>${esc(shortTime(start))}</td><td>${start === null ? "" : clock(now - start)}</td>` +
         `<td class="items">${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
-        `<td class="rates">${ratesNow(entry.id)}</td><td>${chart(entry.id, 200, 40)}</td>` +
+        `<td class="rates">${ratesNow(entry.id)}</td><td>${chartOrWhyNot(entry.id, 200, 40)}</td>` +
         `<td>${cancelButton(entry)}</td>`;
     },
     pending(entry) {
@@ -240,7 +266,7 @@
       return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
         `<td>${esc(shortTime(end))}</td><td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
-        `<td class="items">${esc(items ?? "")}</td><td>${series.has(entry.id) ? chart(entry.id, 120, 24) : ""}</td>`;
+        `<td class="items">${esc(items ?? "")}</td><td>${chartOrWhyNot(entry.id, 120, 24)}</td>`;
     },
   };
 
