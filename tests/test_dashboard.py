@@ -279,6 +279,20 @@ class PageTests(CrawlTestCase):
         self.assertLessEqual(most[0], 4)
         self.assertEqual(self.errors, [])
 
+    def test_the_run_form_has_no_spider_chosen_until_the_user_chooses_one(self):
+        daemon = self.daemon()
+        page = self.open(daemon)
+        form = page.locator("#run")
+        form.locator("select[name=spider] option[value=echo]").wait_for(state="attached",
+                                                                        timeout=10000)
+        self.assertEqual(form.locator("select[name=spider]").input_value(), "")
+        self.assertTrue(form.locator("button[type=submit]").is_disabled())
+        form.locator("select[name=spider]").select_option("echo")
+        form.locator("button[type=submit]").click()
+        form.locator(".result", has_text="queued").wait_for(timeout=10000)
+        jobid = form.locator(".result").inner_text().split()[-1]
+        self.assertEqual(daemon.find(jobid)[1]["spider"], "echo")
+
 
 
 class DownNodeTests(ClusterTestCase):

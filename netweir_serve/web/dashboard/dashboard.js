@@ -330,9 +330,18 @@
 
   // -- the run form -----------------------------------------------------------
 
+  // No spider is chosen for the user: the first in the list is only the
+  // first alphabetically (in the example project, "audit", made to fail),
+  // and a Run pressed by mistake starts a real crawl. Run waits for a choice.
+  function canRun(form) {
+    form.querySelector("button[type=submit]").disabled = !form.spider.value;
+  }
+
   async function loadSpiders(form) {
     const project = form.project.value;
     form.spider.innerHTML = "";
+    form.spider.add(new Option("choose a spider", ""));
+    canRun(form);
     if (!project) return;
     const answer = await getJSON("/listspiders.json?project=" + encodeURIComponent(project));
     for (const name of answer.spiders || []) form.spider.add(new Option(name, name));
@@ -343,9 +352,11 @@
     const answer = await getJSON("/listprojects.json");
     for (const name of answer.projects || []) form.project.add(new Option(name, name));
     form.project.addEventListener("change", () => loadSpiders(form));
+    form.spider.addEventListener("change", () => canRun(form));
     await loadSpiders(form);
     form.addEventListener("submit", async event => {
       event.preventDefault();
+      if (!form.spider.value) return;
       const result = form.querySelector(".result");
       const answer = await post("/schedule.json", {project: form.project.value,
                                                   spider: form.spider.value});
