@@ -293,6 +293,29 @@ class PageTests(CrawlTestCase):
         jobid = form.locator(".result").inner_text().split()[-1]
         self.assertEqual(daemon.find(jobid)[1]["spider"], "echo")
 
+    def test_every_time_shown_has_one_format(self):
+        daemon = self.seeded(2)
+        running = daemon.must_schedule("shop", "slow", delay="0.2", jobid="slow-1")
+        daemon.wait_state(running, "running")
+        daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                         "cron": "0 3 * * *", "tz": "Asia/Tokyo",
+                                         "name": "nightly"})
+        page = self.open(daemon)
+        page.locator('#schedules tr[data-schedule="nightly"]').wait_for(timeout=10000)
+        page.locator('#running tr[data-job="slow-1"]').wait_for(timeout=10000)
+        shown = {
+            "started": page.locator('#running tr[data-job="slow-1"] td.time').inner_text(),
+            "ended": page.locator('#finished tr[data-job="done-01"] td.time').inner_text(),
+            "next run": page.locator('#schedules tr[data-schedule="nightly"] td.time')
+            .inner_text(),
+        }
+        for what, text in shown.items():
+            self.assertRegex(text, SHOWN_TIME, what)
+        # The times are the browser's local time, as /jobs shows them.
+        _, end = self.times["done-01"]
+        self.assertEqual(shown["ended"], datetime.fromtimestamp(end).strftime(PAGE_TIME))
+        daemon.post("cancel.json", {"project": "shop", "job": running})
+
 
 
 class DownNodeTests(ClusterTestCase):

@@ -41,10 +41,17 @@
     return h + ":" + String(m).padStart(2, "0") + ":" + String(s).padStart(2, "0");
   }
 
-  function shortTime(seconds) {
-    if (seconds === null) return "";
-    return new Date(seconds * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit",
-                                                            second: "2-digit"});
+  // Every time on the page in one format, /jobs's: YYYY-MM-DD HH:MM:SS,
+  // local time (durations are H:MM:SS, as /jobs's Runtime).
+  function shownTime(seconds) {
+    if (seconds === null || isNaN(seconds)) return "";
+    const d = new Date(seconds * 1000), two = n => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
+      `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+  }
+
+  function timeCell(seconds, title) {
+    return `<td class="time"${title ? ` title="${esc(title)}"` : ""}>${esc(shownTime(seconds))}</td>`;
   }
 
   function number(stats, key) {
@@ -250,7 +257,7 @@
       const start = parseTime(entry.start_time);
       const stats = entry.stats;
       return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
-        `<td>${esc(shortTime(start))}</td><td>${start === null ? "" : clock(now - start)}</td>` +
+        `${timeCell(start)}<td>${start === null ? "" : clock(now - start)}</td>` +
         `<td class="items">${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
         `<td class="rates">${ratesNow(entry.id)}</td><td>${chartOrWhyNot(entry.id, 200, 40)}</td>` +
         `<td>${cancelButton(entry)}</td>`;
@@ -265,7 +272,7 @@
       const items = number(entry.stats, "items");
       return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
-        `<td>${esc(shortTime(end))}</td><td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
+        `${timeCell(end)}<td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
         `<td class="items">${esc(items ?? "")}</td><td>${chartOrWhyNot(entry.id, 120, 24)}</td>`;
     },
   };
@@ -315,7 +322,9 @@
     sync("schedules", Array.from(schedules.values()).map(s => [s.name, {"data-schedule": s.name},
       `<td>${esc(s.name)}</td><td>${spiderCell(s)}</td>` +
       `<td>${esc(s.cron ? "cron " + s.cron : "every " + s.every)} (${esc(s.tz)})</td>` +
-      `<td>${esc(s.next_run || "")}</td><td>${esc(s.runs)}${s.skipped ? ", " + esc(s.skipped) + " skipped" : ""}</td>` +
+      // next_run is ISO 8601 in the schedule's zone (kept as the cell's title).
+      `${timeCell(s.next_run ? Date.parse(s.next_run) / 1000 : null, s.next_run)}` +
+      `<td>${esc(s.runs)}${s.skipped ? ", " + esc(s.skipped) + " skipped" : ""}</td>` +
       `<td>${s.paused ? "paused" : s.error ? "error: " + esc(s.error) : "active"}</td>`]));
   }
 
