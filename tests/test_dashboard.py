@@ -215,15 +215,17 @@ class PageTests(CrawlTestCase):
     def setUp(self):
         super().setUp()
         self.sync_playwright, self.executable = browser_or_skip(self)
+        self.browser = None
 
     def open(self, daemon, path="/", size=LAPTOP, watch=None):
-        """A page of ``daemon`` in a new browser (closed at cleanup), once
-        the dashboard is live; ``watch(page)`` is called before it loads."""
-        playwright = self.sync_playwright().start()
-        self.addCleanup(playwright.stop)
-        browser = playwright.chromium.launch(executable_path=self.executable)
-        self.addCleanup(browser.close)
-        page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+        """A page of ``daemon`` in the test's browser (closed at cleanup),
+        once the dashboard is live; ``watch(page)`` is called before it loads."""
+        if self.browser is None:
+            playwright = self.sync_playwright().start()
+            self.addCleanup(playwright.stop)
+            self.browser = playwright.chromium.launch(executable_path=self.executable)
+            self.addCleanup(self.browser.close)
+        page = self.browser.new_page(viewport={"width": size[0], "height": size[1]})
         self.errors = []
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         if watch is not None:
@@ -316,6 +318,28 @@ class PageTests(CrawlTestCase):
         self.assertEqual(shown["ended"], datetime.fromtimestamp(end).strftime(PAGE_TIME))
         daemon.post("cancel.json", {"project": "shop", "job": running})
 
+    def test_no_page_scrolls_sideways_on_a_phone_or_a_laptop(self):
+        daemon = self.seeded(20)
+        # Long words: a job id with no place to break a line (clients make
+        # such ids: a hash, a uuid's hex), a pending job's reason.
+        checkpoint = ["checkpoint=a/deeply/nested/checkpoint/folder"]
+        running = daemon.must_schedule("shop", "slow", checkpoint, delay="0.2",
+                                       jobid="slow_" + "0123456789abcdef" * 4)
+        daemon.wait_state(running, "running")
+        daemon.must_schedule("shop", "books", checkpoint, jobid="queued-after-it")
+        daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                         "cron": "0 3 * * *", "name": "nightly"})
+        for size in (PHONE, LAPTOP):
+            for path in ("/", "/jobs"):
+                page = self.open(daemon, path, size)
+                if path == "/":
+                    page.locator('#running tr[data-job] svg').wait_for(timeout=10000)
+                    page.locator('#schedules tr[data-schedule]').wait_for(timeout=10000)
+                sideways = page.evaluate("document.documentElement.scrollWidth"
+                                         " - document.documentElement.clientWidth")
+                self.assertLessEqual(sideways, 0, f"{path} at {size[0]} px")
+                page.close()  # and its stream: one address may hold 8 connections
+        daemon.post("cancel.json", {"project": "shop", "job": running})
 
 
 class DownNodeTests(ClusterTestCase):

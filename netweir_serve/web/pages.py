@@ -43,7 +43,37 @@ COLUMNS = ("Project", "Spider", "Job", "PID", "Start", "Runtime", "Finish", "Log
 _STYLE = """body { font-family: system-ui, sans-serif; margin: 1rem 2rem; }
 table { border-collapse: collapse; }
 th, td { border: 1px solid #bbb; padding: .3rem .6rem; text-align: left; }
-code { background: #f3f3f3; }"""
+code { background: #f3f3f3; }
+@media (max-width: 40rem) {
+  body { margin: .5rem; }
+  td { overflow-wrap: anywhere; }
+}"""
+
+# /jobs: a job id (up to 200 characters, often a hash with nowhere to break
+# a line) and a schedule's error may break anywhere, or the page would be
+# wider than a laptop's screen; the cells are picked by position, as above.
+_JOBS_STYLE = """table#jobs td:nth-child(3), table#schedules td:nth-child(8),
+table#schedules td:nth-child(11) { overflow-wrap: anywhere; }
+"""
+
+
+def card_style(table, columns):
+    """CSS that shows ``table`` (a selector) at phone width as one card per
+    row, each cell under its column's name. The names come from here, by
+    position, not from attributes of the cells: /jobs's cells stay bare
+    ``<td>`` for ScrapydWeb's regular expression."""
+    labels = "\n".join(f'  {table} td:nth-child({n})::before {{ content: "{name}"; }}'
+                        for n, name in enumerate(columns, 1))
+    return (f"@media (max-width: 40rem) {{\n"
+            f"  {table}, {table} tbody, {table} tr, {table} th {{ display: block; }}\n"
+            f"  {table} thead {{ display: none; }}\n"
+            f"  {table} tr {{ border: 1px solid #bbb; margin: .4rem 0; }}\n"
+            f"  {table} th {{ border: none; }}\n"
+            f"  {table} td {{ display: block; position: relative; border: none;"
+            f" padding: .1rem .6rem .1rem 7rem; }}\n"
+            f"  {table} td:empty {{ display: none; }}\n"
+            f"  {table} td::before {{ position: absolute; left: .6rem; color: #666; }}\n"
+            f"{labels}\n}}")
 
 # (path, method, parameters, whether a plain GET link works)
 ENDPOINTS = (
@@ -88,11 +118,13 @@ def refuse_method(request):
                        f"{request.method.decode('latin-1')}")
 
 
-def document(title, body):
-    """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup."""
+def document(title, body, style=""):
+    """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup,
+    ``style`` is CSS of this page beside the pages' own."""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             '<link rel="icon" href="/favicon.ico">\n'
-            f"<title>{escape(title)}</title>\n<style>\n{_STYLE}\n</style>\n</head>\n"
+            f"<title>{escape(title)}</title>\n<style>\n{_STYLE}\n{style}</style>\n</head>\n"
             f"<body>\n{body}</body>\n</html>\n")
 
 
@@ -244,7 +276,9 @@ def jobs_html(pending_rows, running_rows, finished_rows, schedule_rows="", colum
     body = (f"<h1>Jobs</h1>\n<p>{link('/', 'Go up')}</p>\n"
             f'<table id="jobs">\n<thead>\n<tr>{head}</tr>\n</thead>\n{sections}</table>\n'
             f"{schedules_html(schedule_rows)}")
-    return document("Jobs - netweir-serve", body)
+    return document("Jobs - netweir-serve", body,
+                    _JOBS_STYLE + card_style("table#jobs", columns) + "\n"
+                    + card_style("table#schedules", SCHEDULE_COLUMNS) + "\n")
 
 
 class Jobs(HtmlPage):

@@ -121,7 +121,8 @@
 
   // Histories are asked for a few at a time, the running jobs' first and
   // then the finished jobs' from the most recent: a page with 20 finished
-  // jobs sends 20 requests, never 20 at once to a busy service.
+  // jobs sends 20 requests, never 20 at once to a busy service (which lets
+  // one address hold 8 connections: this page's stream holds one).
   function wantHistory(id) {
     if (series.has(id) || unavailable.has(id) || historyAsked.has(id)) return;
     historyAsked.add(id);
@@ -256,21 +257,21 @@
     running(entry, now) {
       const start = parseTime(entry.start_time);
       const stats = entry.stats;
-      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+      return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `${timeCell(start)}<td>${start === null ? "" : clock(now - start)}</td>` +
         `<td class="items">${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
         `<td class="rates">${ratesNow(entry.id)}</td><td>${chartOrWhyNot(entry.id, 200, 40)}</td>` +
         `<td>${cancelButton(entry)}</td>`;
     },
     pending(entry) {
-      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
-        `<td>${esc(entry.priority)}</td><td>${esc(entry.waiting_for || "a free slot")}</td>` +
+      return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+        `<td>${esc(entry.priority)}</td><td class="why">${esc(entry.waiting_for || "a free slot")}</td>` +
         `<td>${cancelButton(entry)}</td>`;
     },
     finished(entry) {
       const start = parseTime(entry.start_time), end = parseTime(entry.end_time);
       const items = number(entry.stats, "items");
-      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+      return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
         `${timeCell(end)}<td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
         `<td class="items">${esc(items ?? "")}</td><td>${chartOrWhyNot(entry.id, 120, 24)}</td>`;
@@ -292,6 +293,8 @@
   // button being clicked is not replaced under the pointer for nothing.
   function sync(section, keyed) {
     const body = document.querySelector(`#${section} tbody`);
+    const labels = Array.from(document.querySelectorAll(`#${section} thead th`),
+                              th => th.textContent);
     const existing = new Map();
     for (const tr of Array.from(body.rows)) existing.set(tr.dataset.key, tr);
     let previous = null;
@@ -303,7 +306,12 @@
         for (const [name, value] of Object.entries(attrs)) tr.setAttribute(name, value);
       }
       existing.delete(key);
-      if (tr.dataset.html !== html) { tr.innerHTML = html; tr.dataset.html = html; }
+      if (tr.dataset.html !== html) {
+        tr.innerHTML = html;
+        tr.dataset.html = html;
+        // Each cell's column, for a phone's layout (dashboard.css).
+        Array.from(tr.cells).forEach((td, i) => { if (labels[i]) td.dataset.label = labels[i]; });
+      }
       const next = previous ? previous.nextSibling : body.firstChild;
       if (next !== tr) body.insertBefore(tr, next);
       previous = tr;
