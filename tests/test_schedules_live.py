@@ -528,6 +528,9 @@ class RunPolicyTests(ScheduleTestCase):
         self.assertEqual(state, "pending")
         self.assertEqual(entry["waiting_for"], "the data directory shared (of a checkpoint,"
                          " deltafetch or cache setting) is in use by job cp1")
+        # /jobs says the same, in the pending job's Outcome cell.
+        jobs_page = daemon.call("GET", "/jobs")[2].decode()
+        self.assertIn(f"<td>waiting for {entry['waiting_for']}</td>", jobs_page)
         # A job without the checkpoint takes the free slot meanwhile.
         third = daemon.must_schedule("shop", "echo", jobid="free")
         ids = {first, second, third}

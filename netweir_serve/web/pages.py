@@ -22,7 +22,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
-from ..jobs.records import FINISHED, RUNNING
+from ..jobs.records import FINISHED, PENDING, RUNNING
 from .answer import write_error
 from .cache import VersionCache
 from .dashboard import dashboard_section, static_files
@@ -213,14 +213,17 @@ def runtime(seconds):
 NODE_COLUMN = "Node"
 
 
-def job_row(record, now, columns=COLUMNS):
+def job_row(record, now, columns=COLUMNS, waits_for=None):
     """The ``<tr>`` of one job; ``now`` (epoch seconds) gives a running job's
-    runtime. Which cells are empty says the job's state to ScrapydWeb: no
-    Start is pending; a PID is running (so finished jobs show none); a
-    Finish is finished."""
+    runtime, ``waits_for`` why a pending one waits (listjobs.json's
+    ``waiting_for``), in its Outcome cell. Which cells are empty says the
+    job's state to ScrapydWeb: no Start is pending; a PID is running (so
+    finished jobs show none); a Finish is finished."""
     cells = dict.fromkeys(columns, "")
     cells.update(Project=escape(record.project), Spider=escape(record.spider),
                  Job=escape(record.id))
+    if record.state == PENDING and waits_for:
+        cells.update(Outcome=escape(f"waiting for {waits_for}"))
     if record.state == RUNNING:
         start = record.start_time if record.start_time is not None else now
         cells.update(PID=escape(str(record.pid or "")), Start=page_time(start),
@@ -286,12 +289,14 @@ class Jobs(HtmlPage):
     job table, so they are kept per version of it; running rows carry a
     runtime and are made on each request. Schedules follow the jobs."""
 
-    def __init__(self, store, timetable=None, clock=time.time, built=None):
+    def __init__(self, store, timetable=None, clock=time.time, built=None, reasons=None):
         super().__init__()
         self.store = store
         self.timetable = timetable
         self.clock = clock
         self._cache = VersionCache(lambda: self.store, built=built)
+        # Api.reasons: why each pending job waits, as listjobs.json says.
+        self.reasons = reasons
         self.columns = COLUMNS + (NODE_COLUMN,) if store.shared else COLUMNS
 
     def page(self, request):
@@ -301,15 +306,20 @@ class Jobs(HtmlPage):
         return self._html(cached)
 
     def _build(self):
-        rows = self.store.jobs().addCallback(self._rows)
+        rows = self.store.jobs()
+        if self.reasons is not None:
+            rows.addCallback(lambda jobs: self.reasons(jobs[1]).addCallback(
+                lambda waits_for: self._rows(jobs, waits_for)))
+        else:
+            rows.addCallback(self._rows)
         if self.timetable is not None:
             rows.addCallback(self._with_schedules)
         return rows
 
-    def _rows(self, jobs):
+    def _rows(self, jobs, waits_for=lambda record: None):
         pending, running, finished = jobs
         now = self.clock()
-        return ("".join(job_row(r, now, self.columns) for r in pending), running,
+        return ("".join(job_row(r, now, self.columns, waits_for(r)) for r in pending), running,
                 "".join(job_row(r, now, self.columns) for r in reversed(finished)), "")
 
     def _with_schedules(self, cached):
@@ -355,6 +365,7 @@ class Favicon(Resource):
 
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
-    jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"))
+    jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"),
+                reasons=api.reasons)
     return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files(),
             b"favicon.ico": Favicon()}
