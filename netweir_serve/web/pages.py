@@ -50,10 +50,14 @@ code { background: #f3f3f3; }
 }"""
 
 # /jobs: a job id (up to 200 characters, often a hash with nowhere to break
-# a line) and a schedule's error may break anywhere, or the page would be
-# wider than a laptop's screen; the cells are picked by position, as above.
-_JOBS_STYLE = """table#jobs td:nth-child(3), table#schedules td:nth-child(8),
-table#schedules td:nth-child(11) { overflow-wrap: anywhere; }
+# a line), wherever it stands (Job, a pending job's reason in Outcome, a
+# schedule's Last job) and a schedule's error may break anywhere, or the page
+# would be wider than a laptop's screen; Start and Finish stay whole. The
+# cells are picked by position.
+_JOBS_STYLE = """table#jobs td:nth-child(3), table#jobs td:nth-child(10),
+table#schedules td:nth-child(8), table#schedules td:nth-child(11) { overflow-wrap: anywhere; }
+table#jobs td:nth-child(5), table#jobs td:nth-child(7) { white-space: nowrap; }
+table#jobs td:nth-child(3), table#jobs td:nth-child(10) { min-width: 10rem; }
 """
 
 
