@@ -11,11 +11,15 @@ Set ``DASHBOARD_SCREENSHOT=docs/dashboard.png`` to write the screenshot
 the docs show.
 """
 
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from datetime import datetime
 
 from twisted.internet.task import Clock
 from twisted.trial import unittest
@@ -23,7 +27,10 @@ from twisted.trial import unittest
 from netweir_serve.jobs.records import JobRecord
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 
-from .processes import ROOT
+from netweir_serve.web.pages import PAGE_TIME
+
+from .processes import ROOT, wait_until
+from .test_cluster import AUTH, ClusterTestCase
 from .test_jobs import CrawlTestCase
 from .test_pages import assert_valid_html
 
@@ -157,3 +164,204 @@ class BrowserTests(CrawlTestCase):
         self.assertTrue(page.evaluate("window.notReloaded === true"))
         self.assertEqual(errors, [])
         return jobid
+
+
+# Every absolute time on the dashboard: the /jobs page's format, local time.
+SHOWN_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+
+# (width, height) of a phone and of a laptop, for "no horizontal scroll".
+PHONE, LAPTOP = (390, 844), (1280, 800)
+
+
+def seed_finished(directory, count, now):
+    """``count`` finished jobs of shop/books, ended minutes to an hour before
+    ``now``, as the service that ran them left them: rows of its job table
+    and their stats over time (DIR/history), three points each, the last at
+    the job's end. {job id: (start, end)}."""
+    store = SQLiteJobStore(os.path.join(directory, "jobs.db"), Clock())
+    times = {}
+    for i in range(count):
+        jobid = f"done-{i:02d}"
+        start = now - 3600 + i * 60
+        end = start + 20
+        store.add(JobRecord(id=jobid, project="shop", spider="books",
+                            spider_file="/nowhere/books.py"))
+        store.claim_next(socket.gethostname(), ["shop"], start)
+        store.mark_finished(jobid, "finished", end, exit_status=0,
+                            stats={"items": i + 1, "fetched": 2 * i + 3})
+        folder = os.path.join(directory, "history", "shop", "books")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, jobid + ".jsonl"), "w") as f:
+            for t, items, pages in ((start + 2, 0, 1), (start + 11, i, i + 2),
+                                    (end, i + 1, 2 * i + 3)):
+                f.write(json.dumps({"time": t, "stats": {"items": items, "fetched": pages}})
+                        + "\n")
+        times[jobid] = (start, end)
+    store.close()
+    return times
+
+
+def polyline(svg_markup, kind):
+    """The (x, y) points of a chart's ``kind`` line (items or pages)."""
+    found = re.search(rf'<polyline class="{kind}" points="([^"]*)"', svg_markup)
+    if found is None:
+        return []
+    return [tuple(float(v) for v in p.split(",")) for p in found.group(1).split()]
+
+
+class PageTests(CrawlTestCase):
+    """What the dashboard shows, read in a real browser."""
+
+    def setUp(self):
+        super().setUp()
+        self.sync_playwright, self.executable = browser_or_skip(self)
+        self.browser = None
+
+    def open(self, daemon, path="/", size=LAPTOP, watch=None):
+        """A page of ``daemon`` in the test's browser (closed at cleanup),
+        once the dashboard is live; ``watch(page)`` is called before it loads."""
+        if self.browser is None:
+            playwright = self.sync_playwright().start()
+            self.addCleanup(playwright.stop)
+            self.browser = playwright.chromium.launch(executable_path=self.executable)
+            self.addCleanup(self.browser.close)
+        page = self.browser.new_page(viewport={"width": size[0], "height": size[1]})
+        self.errors = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        if watch is not None:
+            watch(page)
+        page.goto(f"http://127.0.0.1:{daemon.port}{path}")
+        if path == "/":
+            page.wait_for_selector('#dashboard[data-state="live"]', timeout=15000)
+        return page
+
+    def seeded(self, count=25):
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        self.times = seed_finished(directory, count, time.time())
+        return self.daemon(directory=directory)
+
+    def test_a_finished_jobs_chart_ends_at_its_end(self):
+        daemon = self.seeded(3)
+        page = self.open(daemon)
+        chart = page.locator('#finished tr[data-job="done-02"] svg')
+        chart.locator("polyline.items").wait_for(timeout=15000)
+        points = polyline(chart.evaluate("svg => svg.outerHTML"), "items")
+        width = float(chart.get_attribute("width"))
+        # History at 2, 11 and 20 s after the start, the end: the middle
+        # point halfway across, not squeezed to the left by a last point
+        # at the time the page loaded (an hour later).
+        self.assertEqual(len(points), 3, points)
+        self.assertAlmostEqual(points[1][0] / width, 0.5, delta=0.05)
+        self.assertEqual(self.errors, [])
+
+    def test_every_finished_job_listed_gets_its_items_and_chart_a_few_requests_at_a_time(self):
+        daemon = self.seeded(25)
+        asked, open_now, most = [], set(), [0]
+
+        def watch(page):
+            def sent(request):
+                if "/jobstats.json" in request.url:
+                    asked.append(request.url)
+                    open_now.add(request)
+                    most[0] = max(most[0], len(open_now))
+
+            page.on("request", sent)
+            page.on("requestfinished", lambda request: open_now.discard(request))
+            page.on("requestfailed", lambda request: open_now.discard(request))
+
+        page = self.open(daemon, watch=watch)
+        rows = page.locator("#finished tbody tr")
+        wait_until(lambda: page.locator("#finished tbody tr svg polyline.items").count() == 20,
+                   20, "a chart in each of the 20 finished rows")
+        self.assertEqual(rows.count(), 20)
+        for i in range(5, 25):  # the 20 most recent
+            row = page.locator(f'#finished tr[data-job="done-{i:02d}"]')
+            self.assertEqual(row.locator("td.items").inner_text(), str(i + 1))
+        self.assertEqual(len(asked), 20)
+        self.assertLessEqual(most[0], 4)
+        self.assertEqual(self.errors, [])
+
+    def test_the_run_form_has_no_spider_chosen_until_the_user_chooses_one(self):
+        daemon = self.daemon()
+        page = self.open(daemon)
+        form = page.locator("#run")
+        form.locator("select[name=spider] option[value=echo]").wait_for(state="attached",
+                                                                        timeout=10000)
+        self.assertEqual(form.locator("select[name=spider]").input_value(), "")
+        self.assertTrue(form.locator("button[type=submit]").is_disabled())
+        form.locator("select[name=spider]").select_option("echo")
+        form.locator("button[type=submit]").click()
+        form.locator(".result", has_text="queued").wait_for(timeout=10000)
+        jobid = form.locator(".result").inner_text().split()[-1]
+        self.assertEqual(daemon.find(jobid)[1]["spider"], "echo")
+
+    def test_every_time_shown_has_one_format(self):
+        daemon = self.seeded(2)
+        running = daemon.must_schedule("shop", "slow", delay="0.2", jobid="slow-1")
+        daemon.wait_state(running, "running")
+        daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                         "cron": "0 3 * * *", "tz": "Asia/Tokyo",
+                                         "name": "nightly"})
+        page = self.open(daemon)
+        page.locator('#schedules tr[data-schedule="nightly"]').wait_for(timeout=10000)
+        page.locator('#running tr[data-job="slow-1"]').wait_for(timeout=10000)
+        shown = {
+            "started": page.locator('#running tr[data-job="slow-1"] td.time').inner_text(),
+            "ended": page.locator('#finished tr[data-job="done-01"] td.time').inner_text(),
+            "next run": page.locator('#schedules tr[data-schedule="nightly"] td.time')
+            .inner_text(),
+        }
+        for what, text in shown.items():
+            self.assertRegex(text, SHOWN_TIME, what)
+        # The times are the browser's local time, as /jobs shows them.
+        _, end = self.times["done-01"]
+        self.assertEqual(shown["ended"], datetime.fromtimestamp(end).strftime(PAGE_TIME))
+        daemon.post("cancel.json", {"project": "shop", "job": running})
+
+    def test_no_page_scrolls_sideways_on_a_phone_or_a_laptop(self):
+        daemon = self.seeded(20)
+        # Long words: a job id with no place to break a line (clients make
+        # such ids: a hash, a uuid's hex), a pending job's reason.
+        checkpoint = ["checkpoint=a/deeply/nested/checkpoint/folder"]
+        running = daemon.must_schedule("shop", "slow", checkpoint, delay="0.2",
+                                       jobid="slow_" + "0123456789abcdef" * 4)
+        daemon.wait_state(running, "running")
+        daemon.must_schedule("shop", "books", checkpoint, jobid="queued-after-it")
+        daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                         "cron": "0 3 * * *", "name": "nightly"})
+        for size in (PHONE, LAPTOP):
+            for path in ("/", "/jobs"):
+                page = self.open(daemon, path, size)
+                if path == "/":
+                    page.locator('#running tr[data-job] svg').wait_for(timeout=10000)
+                    page.locator('#schedules tr[data-schedule]').wait_for(timeout=10000)
+                sideways = page.evaluate("document.documentElement.scrollWidth"
+                                         " - document.documentElement.clientWidth")
+                self.assertLessEqual(sideways, 0, f"{path} at {size[0]} px")
+                page.close()  # and its stream: one address may hold 8 connections
+        daemon.post("cancel.json", {"project": "shop", "job": running})
+
+
+class DownNodeTests(ClusterTestCase):
+    def test_a_finished_job_of_a_node_now_down_says_so(self):
+        sync_playwright, executable = browser_or_skip(self)
+        n0 = self.node("n0", 1)
+        gone = n0.must_schedule("shop", "echo", jobid="echo-on-n0")
+        self.assertEqual(n0.wait_state(gone, "finished")["node"], "n0")
+        n1 = self.node("n1", 1)
+        self.kill9(n0)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable)
+            try:
+                context = browser.new_context(http_credentials={"username": AUTH[0],
+                                                                "password": AUTH[1]})
+                page = context.new_page()
+                page.goto(f"http://127.0.0.1:{n1.port}/")
+                row = page.locator(f'#finished tr[data-job="{gone}"]')
+                mark = row.locator(".unavailable")
+                mark.wait_for(timeout=20000)
+                self.assertEqual(mark.inner_text(), "unavailable: node n0 is down")
+                # Its items are in the shared table all the same.
+                self.assertEqual(row.locator("td.items").inner_text(), "1")
+            finally:
+                browser.close()

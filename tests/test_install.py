@@ -220,6 +220,7 @@ class WheelTests(unittest.TestCase):
         # The dashboard's static files are package data.
         for name in ("dashboard.js", "dashboard.css"):
             self.assertIn(f"{DIST}/web/dashboard/{name}", names)
+        self.assertIn(f"{DIST}/web/favicon.ico", names)
         self.assertEqual([n for n in names if "__pycache__" in n or n.endswith(".pyc")], [])
         for name in ("twisted/__init__.py", "twisted/plugins/__init__.py"):
             self.assertFalse(os.path.exists(os.path.join(self.fresh.site, name)), name)

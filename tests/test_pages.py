@@ -231,6 +231,16 @@ class PageTests(unittest.TestCase):
         self.assertEqual(HREF.search(job["items"]).group(1), entry["items_url"])
         self.assertIn(f"<td>{entry['outcome']}</td>", text)
 
+    def test_the_favicon_is_served_and_linked(self):
+        # Every browser asks for /favicon.ico; a 404 fills the log with noise.
+        status, headers, body = self.daemon.call("GET", "/favicon.ico")
+        self.assertEqual((status, headers["Content-Type"]), (200, "image/x-icon"))
+        self.assertEqual(body[:4], b"\x00\x00\x01\x00")  # an ICO file's header
+        self.assertIn("max-age", headers["Cache-Control"])
+        for page in ("/", "/jobs"):
+            self.assertIn('<link rel="icon" href="/favicon.ico">',
+                          self.daemon.call("GET", page)[2].decode(), page)
+
     def test_pages_take_only_get_and_have_no_children(self):
         self.assertEqual(self.daemon.call("POST", "/jobs")[0], 405)
         for path in ("/jobs/", "/jobs/x", "/index.html"):

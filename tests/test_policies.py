@@ -52,6 +52,25 @@ class LockTests(unittest.TestCase):
                       queued.waits_for(job("s-2", locks=(policies.schedule_lock("nightly"),))))
 
 
+    def test_a_data_directory_is_shown_relative_to_the_projects(self):
+        # The server's absolute paths are its own business: a client sees
+        # the directory as its setting names it, inside the project's.
+        root = os.path.abspath(self.mktemp())
+        data = os.path.join(root, "data", "shop")
+        os.makedirs(os.path.join(data, "books"))
+        os.symlink("books", os.path.join(data, "alias"))
+        lock = policies.path_locks("shop", data, [("checkpoint", "./alias/")])
+        held = policies.RunningSet([job("first", locks=lock)],
+                                   data_dir_of=lambda project: os.path.join(root, "data", project))
+        why = held.waits_for(job("second", locks=lock))
+        self.assertEqual(why, "the data directory books (of a checkpoint, deltafetch or cache"
+                              " setting) is in use by job first")
+        self.assertNotIn(root, why)
+        nested = policies.path_locks("shop", data, [("cache", "a/b")])
+        self.assertIn("the data directory a/b (",
+                      policies.RunningSet([job("first", locks=nested)], data_dir_of=lambda p: data)
+                      .waits_for(job("second", locks=nested)))
+
 class ClaimTests(unittest.TestCase):
     def setUp(self):
         self.store = SQLiteJobStore(":memory:", Clock())

@@ -526,8 +526,11 @@ class RunPolicyTests(ScheduleTestCase):
                                       pages="12", delay="0.2")
         state, entry = daemon.find(second)
         self.assertEqual(state, "pending")
-        self.assertIn("checkpoint", entry["waiting_for"])
-        self.assertIn("cp1", entry["waiting_for"])
+        self.assertEqual(entry["waiting_for"], "the data directory shared (of a checkpoint,"
+                         " deltafetch or cache setting) is in use by job cp1")
+        # /jobs says the same, in the pending job's Outcome cell.
+        jobs_page = daemon.call("GET", "/jobs")[2].decode()
+        self.assertIn(f"<td>waiting for {entry['waiting_for']}</td>", jobs_page)
         # A job without the checkpoint takes the free slot meanwhile.
         third = daemon.must_schedule("shop", "echo", jobid="free")
         ids = {first, second, third}

@@ -47,20 +47,33 @@ def schedule_lock(name):
     return f"{_SCHEDULE}:{fold(name)}"
 
 
-def _shown(lock):
+def _shown(lock, data_dir):
+    """The lock as listjobs says it. A path lock is the absolute path (the
+    lock must stay the same string it always was: both stores compare locks
+    as strings, old jobs' included), shown relative to ``data_dir``, the
+    project's data directory, as the settings name it: the server's own
+    paths are none of a client's business. A path outside it (a node with
+    another --dir queued the job) is shown as it is."""
     kind, _, rest = lock.partition(":")
     if kind == _SCHEDULE:
         return f"schedule {rest}"
     _project, _, path = rest.partition(":")
+    if data_dir is not None:
+        inside = os.path.relpath(path, os.path.realpath(data_dir))
+        if inside != os.pardir and not inside.startswith(os.pardir + os.sep):
+            path = inside
     return f"the data directory {path} (of a checkpoint, deltafetch or cache setting)"
 
 
 class RunningSet:
-    """What the running jobs hold: their locks, and how many run per spider."""
+    """What the running jobs hold: their locks, and how many run per spider.
+    ``data_dir_of(project)`` (a project's data directory, or None), where
+    given, is what paths are shown relative to."""
 
-    def __init__(self, running=()):
+    def __init__(self, running=(), data_dir_of=None):
         self._holders = {}
         self._per_spider = {}
+        self._data_dir_of = data_dir_of or (lambda project: None)
         for record in running:
             self.add(record)
 
@@ -76,7 +89,8 @@ class RunningSet:
         for lock in record.locks:
             holder = self._holders.get(lock)
             if holder is not None:
-                return f"{_shown(lock)} is in use by job {holder}"
+                return (f"{_shown(lock, self._data_dir_of(record.project))} is in use by"
+                        f" job {holder}")
         if max_per_spider is not None:
             running = self._per_spider.get((fold(record.project), record.spider), 0)
             if running >= max_per_spider:

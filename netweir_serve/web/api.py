@@ -55,6 +55,23 @@ class Api:
             return defer.succeed(ServedProjects(self.projects.names(), shared=False))
         return self.store.nodes().addCallback(ServedProjects.of_nodes)
 
+    def reasons(self, running):
+        """Deferred function saying why a pending record waits while
+        ``running`` run (listjobs.json's ``waiting_for``, /jobs's), or None."""
+        holding = RunningSet(running, data_dir_of=self._data_dir_of)
+
+        def reasons(served):
+            return lambda record: (served.waits_for(record)
+                                   or holding.waits_for(record, self.max_per_spider))
+
+        return self.served().addCallback(reasons)
+
+    def _data_dir_of(self, project):
+        try:
+            return self.submitter.data_dir(self.submitter.project(project))
+        except UnknownProject:
+            return None
+
     def project(self, params, key="project"):
         """The served Project named by ``key``; ApiError when it is not."""
         try:
@@ -156,16 +173,12 @@ class ListJobs(ApiEndpoint):
         # Kept per version of the table: a node registering or declared
         # dead moves it on, so what the nodes serve is read again then.
         return self.api.store.jobs(project).addCallback(
-            lambda jobs: self.api.served().addCallback(lambda served: self._listing(jobs, served)))
+            lambda jobs: self.api.reasons(jobs[1]).addCallback(
+                lambda waits_for: self._listing(jobs, waits_for)))
 
-    def _listing(self, jobs, served):
+    @staticmethod
+    def _listing(jobs, waits_for):
         pending, running, finished = jobs
-        holding = RunningSet(running)
-
-        def waits_for(record):
-            return served.waits_for(record) or holding.waits_for(record,
-                                                                self.api.max_per_spider)
-
         return encode({
             "node_name": node_name(), "status": "ok",
             "pending": [job_entry(r, waits_for(r)) for r in pending],

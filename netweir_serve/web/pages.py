@@ -11,6 +11,7 @@ Finish, Log, Items. The job's outcome is a tenth cell after Items, which
 that regular expression skips. Every value is escaped.
 """
 
+import os
 import time
 from datetime import datetime
 from html import escape
@@ -21,7 +22,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
-from ..jobs.records import FINISHED, RUNNING
+from ..jobs.records import FINISHED, PENDING, RUNNING
 from .answer import write_error
 from .cache import VersionCache
 from .dashboard import dashboard_section, static_files
@@ -42,7 +43,41 @@ COLUMNS = ("Project", "Spider", "Job", "PID", "Start", "Runtime", "Finish", "Log
 _STYLE = """body { font-family: system-ui, sans-serif; margin: 1rem 2rem; }
 table { border-collapse: collapse; }
 th, td { border: 1px solid #bbb; padding: .3rem .6rem; text-align: left; }
-code { background: #f3f3f3; }"""
+code { background: #f3f3f3; }
+@media (max-width: 40rem) {
+  body { margin: .5rem; }
+  td { overflow-wrap: anywhere; }
+}"""
+
+# /jobs: a job id (up to 200 characters, often a hash with nowhere to break
+# a line), wherever it stands (Job, a pending job's reason in Outcome, a
+# schedule's Last job) and a schedule's error may break anywhere, or the page
+# would be wider than a laptop's screen; Start and Finish stay whole. The
+# cells are picked by position.
+_JOBS_STYLE = """table#jobs td:nth-child(3), table#jobs td:nth-child(10),
+table#schedules td:nth-child(8), table#schedules td:nth-child(11) { overflow-wrap: anywhere; }
+table#jobs td:nth-child(5), table#jobs td:nth-child(7) { white-space: nowrap; }
+table#jobs td:nth-child(3), table#jobs td:nth-child(10) { min-width: 10rem; }
+"""
+
+
+def card_style(table, columns):
+    """CSS that shows ``table`` (a selector) at phone width as one card per
+    row, each cell under its column's name. The names come from here, by
+    position, not from attributes of the cells: /jobs's cells stay bare
+    ``<td>`` for ScrapydWeb's regular expression."""
+    labels = "\n".join(f'  {table} td:nth-child({n})::before {{ content: "{name}"; }}'
+                        for n, name in enumerate(columns, 1))
+    return (f"@media (max-width: 40rem) {{\n"
+            f"  {table}, {table} tbody, {table} tr, {table} th {{ display: block; }}\n"
+            f"  {table} thead {{ display: none; }}\n"
+            f"  {table} tr {{ border: 1px solid #bbb; margin: .4rem 0; }}\n"
+            f"  {table} th {{ border: none; }}\n"
+            f"  {table} td {{ display: block; position: relative; border: none;"
+            f" padding: .1rem .6rem .1rem 7rem; }}\n"
+            f"  {table} td:empty {{ display: none; }}\n"
+            f"  {table} td::before {{ position: absolute; left: .6rem; color: #666; }}\n"
+            f"{labels}\n}}")
 
 # (path, method, parameters, whether a plain GET link works)
 ENDPOINTS = (
@@ -87,10 +122,13 @@ def refuse_method(request):
                        f"{request.method.decode('latin-1')}")
 
 
-def document(title, body):
-    """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup."""
+def document(title, body, style=""):
+    """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup,
+    ``style`` is CSS of this page beside the pages' own."""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{escape(title)}</title>\n<style>\n{_STYLE}\n</style>\n</head>\n"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            '<link rel="icon" href="/favicon.ico">\n'
+            f"<title>{escape(title)}</title>\n<style>\n{_STYLE}\n{style}</style>\n</head>\n"
             f"<body>\n{body}</body>\n</html>\n")
 
 
@@ -179,14 +217,17 @@ def runtime(seconds):
 NODE_COLUMN = "Node"
 
 
-def job_row(record, now, columns=COLUMNS):
+def job_row(record, now, columns=COLUMNS, waits_for=None):
     """The ``<tr>`` of one job; ``now`` (epoch seconds) gives a running job's
-    runtime. Which cells are empty says the job's state to ScrapydWeb: no
-    Start is pending; a PID is running (so finished jobs show none); a
-    Finish is finished."""
+    runtime, ``waits_for`` why a pending one waits (listjobs.json's
+    ``waiting_for``), in its Outcome cell. Which cells are empty says the
+    job's state to ScrapydWeb: no Start is pending; a PID is running (so
+    finished jobs show none); a Finish is finished."""
     cells = dict.fromkeys(columns, "")
     cells.update(Project=escape(record.project), Spider=escape(record.spider),
                  Job=escape(record.id))
+    if record.state == PENDING and waits_for:
+        cells.update(Outcome=escape(f"waiting for {waits_for}"))
     if record.state == RUNNING:
         start = record.start_time if record.start_time is not None else now
         cells.update(PID=escape(str(record.pid or "")), Start=page_time(start),
@@ -242,7 +283,9 @@ def jobs_html(pending_rows, running_rows, finished_rows, schedule_rows="", colum
     body = (f"<h1>Jobs</h1>\n<p>{link('/', 'Go up')}</p>\n"
             f'<table id="jobs">\n<thead>\n<tr>{head}</tr>\n</thead>\n{sections}</table>\n'
             f"{schedules_html(schedule_rows)}")
-    return document("Jobs - netweir-serve", body)
+    return document("Jobs - netweir-serve", body,
+                    _JOBS_STYLE + card_style("table#jobs", columns) + "\n"
+                    + card_style("table#schedules", SCHEDULE_COLUMNS) + "\n")
 
 
 class Jobs(HtmlPage):
@@ -250,12 +293,14 @@ class Jobs(HtmlPage):
     job table, so they are kept per version of it; running rows carry a
     runtime and are made on each request. Schedules follow the jobs."""
 
-    def __init__(self, store, timetable=None, clock=time.time, built=None):
+    def __init__(self, store, timetable=None, clock=time.time, built=None, reasons=None):
         super().__init__()
         self.store = store
         self.timetable = timetable
         self.clock = clock
         self._cache = VersionCache(lambda: self.store, built=built)
+        # Api.reasons: why each pending job waits, as listjobs.json says.
+        self.reasons = reasons
         self.columns = COLUMNS + (NODE_COLUMN,) if store.shared else COLUMNS
 
     def page(self, request):
@@ -265,15 +310,20 @@ class Jobs(HtmlPage):
         return self._html(cached)
 
     def _build(self):
-        rows = self.store.jobs().addCallback(self._rows)
+        rows = self.store.jobs()
+        if self.reasons is not None:
+            rows.addCallback(lambda jobs: self.reasons(jobs[1]).addCallback(
+                lambda waits_for: self._rows(jobs, waits_for)))
+        else:
+            rows.addCallback(self._rows)
         if self.timetable is not None:
             rows.addCallback(self._with_schedules)
         return rows
 
-    def _rows(self, jobs):
+    def _rows(self, jobs, waits_for=lambda record: None):
         pending, running, finished = jobs
         now = self.clock()
-        return ("".join(job_row(r, now, self.columns) for r in pending), running,
+        return ("".join(job_row(r, now, self.columns, waits_for(r)) for r in pending), running,
                 "".join(job_row(r, now, self.columns) for r in reversed(finished)), "")
 
     def _with_schedules(self, cached):
@@ -290,7 +340,36 @@ class Jobs(HtmlPage):
                          finished_rows, schedule_rows, self.columns)
 
 
+# -- /favicon.ico -------------------------------------------------------------------
+
+FAVICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "favicon.ico")
+
+
+class Favicon(Resource):
+    """/favicon.ico, which every browser asks for: a 16-pixel icon (a white
+    n on green, 135 bytes), read once, at the first request."""
+
+    isLeaf = True
+    _icon = None
+
+    def render(self, request):
+        if request.postpath:
+            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
+        refused = refuse_method(request)
+        if refused is not None:
+            return refused
+        if Favicon._icon is None:
+            with open(FAVICON, "rb") as f:
+                Favicon._icon = f.read()
+        request.setHeader(b"content-type", b"image/x-icon")
+        request.setHeader(b"cache-control", b"max-age=86400")
+        request.setHeader(b"content-length", str(len(self._icon)).encode("ascii"))
+        return b"" if request.method == b"HEAD" else self._icon
+
+
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
-    jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"))
-    return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files()}
+    jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"),
+                reasons=api.reasons)
+    return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files(),
+            b"favicon.ico": Favicon()}

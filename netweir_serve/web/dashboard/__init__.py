@@ -35,7 +35,7 @@ def dashboard_section():
         '<form id="run" class="run">\n<strong>Run a spider now:</strong>\n'
         '<label>project <select name="project"></select></label>\n'
         '<label>spider <select name="spider"></select></label>\n'
-        '<button type="submit">Run</button>\n<span class="result"></span>\n</form>\n'
+        '<button type="submit" disabled>Run</button>\n<span class="result"></span>\n</form>\n'
         + table("running", "Running", ("Job", "Spider", "Started", "Runtime", "Items",
                                        "Pages", "Rates now", "Chart", ""))
         + table("pending", "Queue", ("Job", "Spider", "Priority", "Waiting for", ""))

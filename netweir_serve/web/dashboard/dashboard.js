@@ -5,15 +5,19 @@
 "use strict";
 
 (function () {
-  const FINISHED_SHOWN = 20;     // recent finished jobs on the page
-  const HISTORY_FETCHED = 10;    // of which this many get a chart at load
+  const FINISHED_SHOWN = 20;     // recent finished jobs on the page, each with a chart
+  const HISTORIES_AT_ONCE = 3;   // stats histories asked for at a time
   const RATE_WINDOW = 60;        // seconds the "rates now" look back
   const MAX_POINTS = 600;        // points kept per chart in the page
 
   const jobs = new Map();        // id -> entry (with state)
   const series = new Map();      // id -> [{t, items, pages}]
+  const unavailable = new Map(); // id -> why its history cannot be had (its node is down)
   const schedules = new Map();   // name -> entry
   let thisNode = null;           // the node answering (listjobs.json's node_name)
+  const historyQueue = [];       // ids whose history is still to be asked for
+  const historyAsked = new Set(); // ids queued or being asked for
+  let historiesOpen = 0;
   let drawing = false;
 
   // -- helpers ----------------------------------------------------------------
@@ -37,10 +41,17 @@
     return h + ":" + String(m).padStart(2, "0") + ":" + String(s).padStart(2, "0");
   }
 
-  function shortTime(seconds) {
-    if (seconds === null) return "";
-    return new Date(seconds * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit",
-                                                            second: "2-digit"});
+  // Every time on the page in one format, /jobs's: YYYY-MM-DD HH:MM:SS,
+  // local time (durations are H:MM:SS, as /jobs's Runtime).
+  function shownTime(seconds) {
+    if (seconds === null || isNaN(seconds)) return "";
+    const d = new Date(seconds * 1000), two = n => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
+      `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+  }
+
+  function timeCell(seconds, title) {
+    return `<td class="time"${title ? ` title="${esc(title)}"` : ""}>${esc(shownTime(seconds))}</td>`;
   }
 
   function number(stats, key) {
@@ -75,18 +86,60 @@
     series.set(id, points);
   }
 
+  // jobstats.json's answer when the node that ran a job (and holds its
+  // history) is down: "job ID is on node NAME, which is down".
+  const NODE_DOWN = /is on node (.+), which is down$/;
+
   async function loadHistory(id) {
     const answer = await getJSON("/jobstats.json?history=1&job=" + encodeURIComponent(id));
+    const down = answer.status === "error" ? NODE_DOWN.exec(answer.message || "") : null;
+    if (down) {
+      // Its stats are in the shared job table all the same.
+      unavailable.set(id, {node: down[1], message: answer.message});
+      const plain = await getJSON("/jobstats.json?job=" + encodeURIComponent(id));
+      const entry = jobs.get(id);
+      if (plain.status === "ok" && entry && entry.state === plain.state) entry.stats = plain.stats;
+      redraw();
+      return;
+    }
     if (answer.status !== "ok") return;
+    unavailable.delete(id);
     const points = [];
     series.set(id, points);
     for (const point of answer.history || []) addPoint(id, point.time, point.stats);
     if (answer.stats) {
-      addPoint(id, Date.now() / 1000, answer.stats);
+      // A running job's stats are as of now; a finished job's as of its
+      // end (its series ends there already: not stretched to this moment).
       const entry = jobs.get(id);
+      const asOf = answer.state === "finished" ? (entry ? parseTime(entry.end_time) : null)
+        : Date.now() / 1000;
+      if (asOf !== null) addPoint(id, asOf, answer.stats);
       if (entry && entry.state === answer.state && !entry.stats) entry.stats = answer.stats;
     }
     redraw();
+  }
+
+  // Histories are asked for a few at a time, the running jobs' first and
+  // then the finished jobs' from the most recent: a page with 20 finished
+  // jobs sends 20 requests, never 20 at once to a busy service (which lets
+  // one address hold 8 connections: this page's stream holds one).
+  function wantHistory(id) {
+    if (series.has(id) || unavailable.has(id) || historyAsked.has(id)) return;
+    historyAsked.add(id);
+    historyQueue.push(id);
+    nextHistory();
+  }
+
+  function nextHistory() {
+    while (historiesOpen < HISTORIES_AT_ONCE && historyQueue.length) {
+      const id = historyQueue.shift();
+      historiesOpen++;
+      loadHistory(id).catch(() => {}).finally(() => {
+        historiesOpen--;
+        historyAsked.delete(id);
+        nextHistory();
+      });
+    }
   }
 
   async function reload() {
@@ -103,9 +156,9 @@
       }
     }
     for (const id of Array.from(jobs.keys())) if (!seen.has(id)) jobs.delete(id);
-    const wanted = listing.running.map(e => e.id)
-      .concat(listing.finished.slice(0, HISTORY_FETCHED).map(e => e.id));
-    for (const id of wanted) if (!series.has(id)) loadHistory(id).catch(() => {});
+    unavailable.clear();  // a node may be back: ask again
+    for (const entry of listing.running) wantHistory(entry.id);
+    for (const entry of ordered("finished")) wantHistory(entry.id);
     const listed = await getJSON("/listschedules.json");
     if (listed.status === "ok") {
       schedules.clear();
@@ -123,6 +176,8 @@
     if (entry.state === "running" && !series.has(entry.id) && !(known && known.state === "running")) {
       series.set(entry.id, []);
     }
+    // One that ended unseen (before the page's listing, or on another node).
+    if (entry.state === "finished") wantHistory(entry.id);
     redraw();
   }
 
@@ -159,6 +214,15 @@
       `<rect class="frame" x="0.5" y="0.5" width="${width - 1}" height="${height - 1}"></rect>${lines}</svg>`;
   }
 
+  function chartOrWhyNot(id, width, height) {
+    const why = unavailable.get(id);
+    if (why) {
+      return `<span class="unavailable" title="${esc(why.message)}">unavailable: node` +
+        ` ${esc(why.node)} is down</span>`;
+    }
+    return series.has(id) ? chart(id, width, height) : "";
+  }
+
   function ratesNow(id) {
     const points = series.get(id) || [];
     if (points.length < 2) return "";
@@ -193,24 +257,24 @@
     running(entry, now) {
       const start = parseTime(entry.start_time);
       const stats = entry.stats;
-      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
-        `<td>${esc(shortTime(start))}</td><td>${start === null ? "" : clock(now - start)}</td>` +
-        `<td>${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
-        `<td class="rates">${ratesNow(entry.id)}</td><td>${chart(entry.id, 200, 40)}</td>` +
+      return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+        `${timeCell(start)}<td>${start === null ? "" : clock(now - start)}</td>` +
+        `<td class="items">${esc(number(stats, "items") ?? "")}</td><td>${esc(number(stats, "fetched") ?? "")}</td>` +
+        `<td class="rates">${ratesNow(entry.id)}</td><td>${chartOrWhyNot(entry.id, 200, 40)}</td>` +
         `<td>${cancelButton(entry)}</td>`;
     },
     pending(entry) {
-      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
-        `<td>${esc(entry.priority)}</td><td>${esc(entry.waiting_for || "a free slot")}</td>` +
+      return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+        `<td>${esc(entry.priority)}</td><td class="why">${esc(entry.waiting_for || "a free slot")}</td>` +
         `<td>${cancelButton(entry)}</td>`;
     },
     finished(entry) {
       const start = parseTime(entry.start_time), end = parseTime(entry.end_time);
       const items = number(entry.stats, "items");
-      return `<td>${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
+      return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
-        `<td>${esc(shortTime(end))}</td><td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
-        `<td>${esc(items ?? "")}</td><td>${series.has(entry.id) ? chart(entry.id, 120, 24) : ""}</td>`;
+        `${timeCell(end)}<td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
+        `<td class="items">${esc(items ?? "")}</td><td>${chartOrWhyNot(entry.id, 120, 24)}</td>`;
     },
   };
 
@@ -229,6 +293,8 @@
   // button being clicked is not replaced under the pointer for nothing.
   function sync(section, keyed) {
     const body = document.querySelector(`#${section} tbody`);
+    const labels = Array.from(document.querySelectorAll(`#${section} thead th`),
+                              th => th.textContent);
     const existing = new Map();
     for (const tr of Array.from(body.rows)) existing.set(tr.dataset.key, tr);
     let previous = null;
@@ -240,7 +306,12 @@
         for (const [name, value] of Object.entries(attrs)) tr.setAttribute(name, value);
       }
       existing.delete(key);
-      if (tr.dataset.html !== html) { tr.innerHTML = html; tr.dataset.html = html; }
+      if (tr.dataset.html !== html) {
+        tr.innerHTML = html;
+        tr.dataset.html = html;
+        // Each cell's column, for a phone's layout (dashboard.css).
+        Array.from(tr.cells).forEach((td, i) => { if (labels[i]) td.dataset.label = labels[i]; });
+      }
       const next = previous ? previous.nextSibling : body.firstChild;
       if (next !== tr) body.insertBefore(tr, next);
       previous = tr;
@@ -259,7 +330,9 @@
     sync("schedules", Array.from(schedules.values()).map(s => [s.name, {"data-schedule": s.name},
       `<td>${esc(s.name)}</td><td>${spiderCell(s)}</td>` +
       `<td>${esc(s.cron ? "cron " + s.cron : "every " + s.every)} (${esc(s.tz)})</td>` +
-      `<td>${esc(s.next_run || "")}</td><td>${esc(s.runs)}${s.skipped ? ", " + esc(s.skipped) + " skipped" : ""}</td>` +
+      // next_run is ISO 8601 in the schedule's zone (kept as the cell's title).
+      `${timeCell(s.next_run ? Date.parse(s.next_run) / 1000 : null, s.next_run)}` +
+      `<td>${esc(s.runs)}${s.skipped ? ", " + esc(s.skipped) + " skipped" : ""}</td>` +
       `<td>${s.paused ? "paused" : s.error ? "error: " + esc(s.error) : "active"}</td>`]));
   }
 
@@ -274,9 +347,18 @@
 
   // -- the run form -----------------------------------------------------------
 
+  // No spider is chosen for the user: the first in the list is only the
+  // first alphabetically (in the example project, "audit", made to fail),
+  // and a Run pressed by mistake starts a real crawl. Run waits for a choice.
+  function canRun(form) {
+    form.querySelector("button[type=submit]").disabled = !form.spider.value;
+  }
+
   async function loadSpiders(form) {
     const project = form.project.value;
     form.spider.innerHTML = "";
+    form.spider.add(new Option("choose a spider", ""));
+    canRun(form);
     if (!project) return;
     const answer = await getJSON("/listspiders.json?project=" + encodeURIComponent(project));
     for (const name of answer.spiders || []) form.spider.add(new Option(name, name));
@@ -287,9 +369,11 @@
     const answer = await getJSON("/listprojects.json");
     for (const name of answer.projects || []) form.project.add(new Option(name, name));
     form.project.addEventListener("change", () => loadSpiders(form));
+    form.spider.addEventListener("change", () => canRun(form));
     await loadSpiders(form);
     form.addEventListener("submit", async event => {
       event.preventDefault();
+      if (!form.spider.value) return;
       const result = form.querySelector(".result");
       const answer = await post("/schedule.json", {project: form.project.value,
                                                   spider: form.spider.value});
