@@ -35,7 +35,7 @@ from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .watching.builds import ListingBuilds
-from .watching.lag import ReactorLag
+from .watching.lag import ReactorLag, probe_interval
 from .web.answer import name_node
 from .web.api import Api
 from .web.elsewhere import Owners
@@ -403,7 +403,9 @@ def makeService(config, reactor):
                                           config.node_timeout,
                                           projects=config.projects.names())
         serve.membership.subscribe(events)
-    serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag)
+    serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag,
+                                   interval=probe_interval(os.environ))
+    metrics.largest_lag = serve.reactor_lag.take_largest
     return serve
 
 

@@ -7,7 +7,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from netweir_serve.watching.builds import ListingBuilds
-from netweir_serve.watching.lag import LAG_BUCKETS, ReactorLag
+from netweir_serve.watching.lag import (
+    INTERVAL_SECONDS, LAG_BUCKETS, PROBE_VARIABLE, ReactorLag, probe_interval)
 from netweir_serve.web.cache import VersionCache
 from netweir_serve.web.metrics import Histogram
 
@@ -48,6 +49,22 @@ class ReactorLagTests(unittest.TestCase):
     def test_stopped_it_plans_nothing(self):
         self.lag.stop()
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_the_largest_lateness_is_the_worst_since_last_asked(self):
+        self.clock.advance(0.1)
+        self.clock.advance(0.4)   # the tick due at 0.2 runs 0.3 late
+        self.clock.advance(0.15)  # the next, 0.05 late
+        self.assertAlmostEqual(self.lag.take_largest(), 0.3)
+        self.assertEqual(self.lag.take_largest(), 0.0)
+        self.clock.advance(0.12)
+        self.assertAlmostEqual(self.lag.take_largest(), 0.02)
+
+    def test_the_benchmarks_probe_ticks_as_often_as_its_variable_asks(self):
+        self.assertEqual(probe_interval({}), INTERVAL_SECONDS)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "0.001"}), 0.001)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "0"}), INTERVAL_SECONDS)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "often"}), INTERVAL_SECONDS)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "0.00001"}), 0.0005)
 
 
 class Store:
@@ -104,3 +121,7 @@ class LiveTests(CrawlTestCase):
         found = self.scrape(daemon)
         self.assertEqual(value(found, "netweir_serve_reactor_lag_seconds_bucket", le="+Inf"),
                          value(found, "netweir_serve_reactor_lag_seconds_count"))
+        # The worst of them since the last scrape: a lateness, so not negative.
+        largest = ("netweir_serve_reactor_lag_largest_seconds", ())
+        self.assertIn(largest, found)
+        self.assertGreaterEqual(found[largest], 0)
