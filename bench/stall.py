@@ -31,6 +31,9 @@ from .services import OURS, Service, commands
 
 PROBE = {"NETWEIR_SERVE_LAG_PROBE_SECONDS": "0.001"}
 LARGEST = b"netweir_serve_reactor_lag_largest_seconds "
+BUCKET = b'netweir_serve_reactor_lag_seconds_bucket{le="'
+# The stalls counted in the notes: over the target, and over ten times it.
+OVER = (0.005, 0.05)
 
 
 def fill_ours(path, spider_file, finished, pending, now):
@@ -71,15 +74,29 @@ def fill_theirs(path, spider_file, finished, pending, now):
         db.close()
 
 
-def largest_stall(service):
-    """The largest lateness of ``service``'s probe since the last call, s."""
+def lag(service):
+    """(the largest lateness of ``service``'s probe since the last call, in
+    seconds; {bucket bound: ticks at most that late so far})."""
     status, _, body = fig.http_get(service.port, "/metrics")
     if status != 200:
         raise RuntimeError(f"{service.name}: /metrics answered {status}")
+    largest, buckets = None, {}
     for line in body.splitlines():
         if line.startswith(LARGEST):
-            return float(line[len(LARGEST):])
-    raise RuntimeError(f"{service.name}: /metrics has no reactor_lag_largest (no probe?)")
+            largest = float(line[len(LARGEST):])
+        elif line.startswith(BUCKET):
+            bound, _, count = line[len(BUCKET):].partition(b'"} ')
+            buckets[float(bound)] = float(count)
+    if largest is None:
+        raise RuntimeError(f"{service.name}: /metrics has no reactor_lag_largest (no probe?)")
+    return largest, buckets
+
+
+def ticks_over(before, after):
+    """{bound: ticks later than it} between two ``lag`` bucket readings,
+    and the ticks in all."""
+    total = after[float("inf")] - before[float("inf")]
+    return {bound: total - (after[bound] - before[bound]) for bound in OVER}, total
 
 
 def burst(service, rounds, clients=2):
@@ -151,19 +168,24 @@ def measure(bench, jobs, rounds, samples):
             if name != OURS:
                 values[name] = listing["p50"] * 1000
                 continue
-            largest_stall(service)  # from now on
+            _, before = lag(service)  # the largest from now on
             took = time.monotonic()
             errors = burst(service, rounds)
             took = time.monotonic() - took
-            stall = largest_stall(service)
+            stall, after = lag(service)
+            over, ticks = ticks_over(before, after)
             values[name] = stall * 1000
-            detail[name].update(stall=stall, burst_seconds=took, errors=errors)
+            detail[name].update(stall=stall, burst_seconds=took, errors=errors, ticks=ticks,
+                                over={str(k): v for k, v in over.items()})
+            late = ", ".join(f"{n:.0f} over {bound * 1000:g} ms" for bound, n in over.items())
             bench.log(f"{name}: a burst of {rounds} rounds from 2 clients in {took:.1f} s;"
-                      f" the reactor's largest stall {stall * 1000:.1f} ms")
+                      f" the reactor's largest stall {stall * 1000:.1f} ms; of {ticks:.0f}"
+                      f" ticks of the 1 ms probe, {late}")
             notes.append(f"stall: netweir-serve's listjobs.json after a change on the same"
                          f" table: p50 {listing['p50'] * 1000:.0f} ms; the burst ({rounds}"
                          f" rounds of schedule.json, listjobs.json and cancel.json from 2"
-                         f" clients) took {took:.1f} s.")
+                         f" clients) took {took:.1f} s; of the 1 ms probe's {ticks:.0f} ticks,"
+                         f" {late}.")
             for error in errors[:3]:
                 notes.append(f"stall: the burst met an error: {error}.")
         finally:

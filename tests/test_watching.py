@@ -85,6 +85,45 @@ class BuildsTests(unittest.TestCase):
         self.assertEqual(builds.counts, {"listjobs.json": 3})
 
 
+class SharedBuildTests(unittest.TestCase):
+    """A store that answers later (its own thread, PostgreSQL): those who
+    ask while an answer is built wait for that one build."""
+
+    def test_askers_during_a_build_share_it_and_one_gone_leaves_the_others(self):
+        builds, store, started = ListingBuilds(), Store(), []
+
+        def build():
+            started.append(defer.Deferred())
+            return started[-1]
+
+        cache = VersionCache(lambda: store, built=builds.counter("listjobs.json"))
+        first, gone, last = (cache.answer(None, build) for _ in range(3))
+        self.assertEqual((len(started), builds.counts), (1, {"listjobs.json": 1}))
+        gone.cancel()
+        self.failureResultOf(gone, defer.CancelledError)
+        started[0].callback("answer")
+        self.assertEqual((self.successResultOf(first), self.successResultOf(last)),
+                         ("answer", "answer"))
+        # Kept: the next asker is answered at once, with no build.
+        self.assertEqual(cache.answer(None, build), "answer")
+        self.assertEqual(len(started), 1)
+
+    def test_a_failed_build_fails_its_askers_and_is_not_kept(self):
+        store, started = Store(), []
+
+        def build():
+            started.append(defer.Deferred())
+            return started[-1]
+
+        cache = VersionCache(lambda: store)
+        first, second = cache.answer(None, build), cache.answer(None, build)
+        started[0].errback(RuntimeError("the table is gone"))
+        for answered in (first, second):
+            self.failureResultOf(answered, RuntimeError)
+        cache.answer(None, build)
+        self.assertEqual(len(started), 2)
+
+
 class LiveTests(CrawlTestCase):
     def scrape(self, daemon):
         status, _, body = daemon.call("GET", "/metrics")
