@@ -110,9 +110,7 @@ class RunningTests(CrawlTestCase):
     def test_logs_grow_and_items_and_stats_are_served_while_running(self):
         daemon = self.daemon()
         jobid = daemon.must_schedule("shop", "slow", delay="0.1")
-        # Its pid is recorded a moment after it is claimed (a write of its own).
-        entry = wait_until(lambda: (lambda s, e: e if s == "running" and e.get("pid")
-                                    else None)(*daemon.find(jobid)), 30, f"{jobid} running")
+        entry = daemon.wait_state(jobid, "running")
         self.assertIsInstance(entry["pid"], int)
         self.assertIsNone(daemon.stats(jobid)["stats"])
 
