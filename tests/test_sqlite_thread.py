@@ -16,6 +16,7 @@ from twisted.trial import unittest
 from netweir_serve.jobs.records import JobRecord, StoreError
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.jobs.store.sqlite_runner import SQLiteThread
+from netweir_serve.schedules.records import DuplicateSchedule, ScheduleRecord
 
 # Long enough that a store answering on the reactor thread could not hide
 # it; the tests never wait it out when the store is right.
@@ -104,6 +105,31 @@ class ReactorGoesOnTests(ThreadCase):
         yield self.assertFailure(self.store._read(broken), StoreError)
         yield self.assertFailure(self.store._write(broken), StoreError)
         self.assertEqual((yield self.store.add(record("after"))).id, "after")
+
+
+class ScheduleTableTests(ThreadCase):
+    """The schedules' methods go through the same thread and queue."""
+
+    @defer.inlineCallbacks
+    def test_a_schedule_added_changed_and_deleted_in_order(self):
+        release, held = self.hold_thread()
+        schedule = ScheduleRecord(name="Daily", project="shop", spider="echo", kind="every",
+                                  rule="1d", tz="UTC", next_due=100.0)
+        added = self.store.add_schedule(schedule)
+        again = self.store.add_schedule(schedule)
+        changed = self.store.update_schedule("daily", runs_added=1, next_due=200.0)
+        listed = self.store.schedules("SHOP")
+        deleted = self.store.delete_schedule("daily")
+        gone = self.store.get_schedule("daily")
+        release.set()
+        yield held
+        self.assertEqual((yield added).name, "Daily")
+        yield self.assertFailure(again, DuplicateSchedule)
+        updated = yield changed
+        self.assertEqual((updated.runs, updated.next_due), (1, 200.0))
+        self.assertEqual([r.name for r in (yield listed)], ["Daily"])
+        self.assertEqual((yield deleted).name, "Daily")
+        self.assertIsNone((yield gone))
 
 
 class LockedFileTests(ThreadCase):
