@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from . import cluster
 
-GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes")
+GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Mode:
     fetchers: int
     nodes: cluster.Mode
     streams: int = 50      # open /events streams of the watched figure
+    stall_jobs: int = 10_000   # finished, and as many pending, of the stall figure
+    stall_rounds: int = 50     # rounds of its burst, per client
 
 
 FULL = Mode("full", duration=3.0, warmup=0.5, reps=3, connections=64, samples=15,
@@ -43,13 +45,14 @@ FULL = Mode("full", duration=3.0, warmup=0.5, reps=3, connections=64, samples=15
 QUICK = Mode("quick", duration=1.0, warmup=0.2, reps=1, connections=64, samples=5,
              stamp_samples=5, jobs=20, chunk=10, small_table=100, big_table=250,
              huge_table=1000, schedules=200, idle_seconds=20, schedule_rounds=1,
-             file_mb=5, big_file_mb=500, fetchers=4, nodes=cluster.QUICK)
+             file_mb=5, big_file_mb=500, fetchers=4, nodes=cluster.QUICK, stall_rounds=20)
 # The tests': both services started, one tiny figure, both stopped (and the
 # sizes of the job file and schedule figures they measure on their own).
 SMOKE = Mode("smoke", duration=0.3, warmup=0.0, reps=1, connections=8, samples=0,
              stamp_samples=0, jobs=100, chunk=0, small_table=100, big_table=1000,
              huge_table=1000, schedules=5, idle_seconds=0.5, schedule_rounds=1,
-             file_mb=1, big_file_mb=2, fetchers=2, nodes=cluster.QUICK)
+             file_mb=1, big_file_mb=2, fetchers=2, nodes=cluster.QUICK, stall_jobs=200,
+             stall_rounds=3)
 
 MODES = {m.name: m for m in (FULL, QUICK, SMOKE)}
 
@@ -60,4 +63,5 @@ def labels(mode):
     return {"conns": m.connections, "small": f"{m.small_table:,}", "big": f"{m.big_table:,}",
             "jobs": m.jobs, "streams": m.streams, "huge": f"{m.huge_table:,}",
             "sched": f"{m.schedules:,}", "file_mb": m.file_mb, "big_mb": m.big_file_mb,
-            "fetchers": m.fetchers, "slots": cluster.SLOTS}
+            "fetchers": m.fetchers, "slots": cluster.SLOTS,
+            "stall_jobs": f"{m.stall_jobs:,}"}

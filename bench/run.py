@@ -35,7 +35,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import files, schedules
+from . import files, schedules, stall
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -174,6 +174,8 @@ class Bench:
             self.part("schedules", self.schedules_pair)
         if self.wants("nodes"):
             self.part("nodes", self.measure_nodes)
+        if self.wants("stall"):
+            self.part("stall", self.measure_stall)
         return self.results
 
     def part(self, name, step):
@@ -381,6 +383,15 @@ class Bench:
             self.put(key, {OURS: value})
         self.details["nodes"] = self.nodes.results
         self.notes += cluster.notes(self.nodes.results)
+
+    def measure_stall(self):
+        m = self.mode
+        self.log(f"the reactor's largest stall: {m.stall_jobs:,} finished + {m.stall_jobs:,}"
+                 f" pending jobs, a burst of {m.stall_rounds} rounds from 2 clients")
+        values, notes, detail = stall.measure(self, m.stall_jobs, m.stall_rounds,
+                                              max(3, m.samples))
+        self.put("stall_burst", values, detail=detail)
+        self.notes += notes
 
     def measure_listspiders(self, pair):
         for key, project in (("listspiders1_p50", "one"), ("listspiders10_p50", "ten"),

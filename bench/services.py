@@ -119,7 +119,7 @@ class Service:
     """One of the two services, on a free loopback port with its own --dir."""
 
     def __init__(self, name, command, directory, projects, max_jobs=2, keep=100,
-                 port=None):
+                 port=None, environment=None):
         self.name = name
         self.command = list(command)
         self.directory = directory
@@ -127,6 +127,8 @@ class Service:
         self.max_jobs = max_jobs
         self.keep = keep
         self.port = port or free_port()
+        # Variables added to the clean environment (bench/stall.py's probe).
+        self.environment = dict(environment or {})
         self.process = None
         self._log = None
         self.log_path = directory + ".log"
@@ -143,7 +145,8 @@ class Service:
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             self.argv(), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, env=clean_environment(), start_new_session=True,
+            stderr=subprocess.STDOUT, env=dict(clean_environment(), **self.environment),
+            start_new_session=True,
             preexec_fn=_die_with_parent)
 
         def ready():

@@ -118,6 +118,10 @@ FIGURES = (
     # nothing to do is the bar.
     Figure("sched_idle_cpu", "schedules: CPU per idle hour, {sched} waiting (netweir serve:"
            " none)", "s", "<= 1x", max_ratio=1),
+    # -- the reactor with a big SQLite table (bench/stall.py): netweir serve
+    # has no reactor; what its client waits for a listing stands beside.
+    Figure("stall_burst", "largest reactor stall, {stall_jobs}+{stall_jobs} jobs (netweir serve:"
+           " listjobs.json)", "ms", "< 5 ms", max_value=5),
 ) + _nodes()
 
 BY_KEY = {f.key: f for f in FIGURES}
@@ -126,7 +130,7 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The labels' defaults: the full run's.
 LABEL_DEFAULTS = {"conns": 64, "small": 100, "big": "1,000", "jobs": 100, "streams": 50,
                   "huge": "10,000", "sched": "1,000", "file_mb": 5, "big_mb": 500,
-                  "fetchers": 4, "slots": 6}
+                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000"}
 
 
 def _format_number(unit, value):

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 
 from twisted.application import service
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import server
@@ -35,7 +35,7 @@ from .jobs.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .watching.builds import ListingBuilds
-from .watching.lag import ReactorLag
+from .watching.lag import ReactorLag, probe_interval
 from .web.answer import name_node
 from .web.api import Api
 from .web.elsewhere import Owners
@@ -388,7 +388,9 @@ def makeService(config, reactor):
     api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
               max_per_spider=config.max_jobs_per_spider, history=history,
               owners=Owners(store, config.node, reactor) if store.shared else None,
-              listing_builds=listing_builds)
+              listing_builds=listing_builds,
+              build_aside=lambda f, *args: threads.deferToThreadPool(
+                  reactor, reactor.getThreadPool(), f, *args))
     watching = {b"events": Events(hub),
                 b"metrics": Metrics(metrics)}
     root = Root(api, config.directory, pages={**site_pages(api), **watching},
@@ -403,7 +405,9 @@ def makeService(config, reactor):
                                           config.node_timeout,
                                           projects=config.projects.names())
         serve.membership.subscribe(events)
-    serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag)
+    serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag,
+                                   interval=probe_interval(os.environ))
+    metrics.largest_lag = serve.reactor_lag.take_largest
     return serve
 
 

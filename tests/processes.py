@@ -186,8 +186,16 @@ class Daemon:
         return None, None
 
     def wait_state(self, jobid, state, timeout=60):
-        return wait_until(lambda: (lambda s, e: e if s == state else None)(*self.find(jobid)),
-                          timeout, f"job {jobid} to be {state}")
+        """The job's listing entry once it is ``state``; a running one once
+        its pid is recorded too (by a write of its own, a moment after the
+        claim that made it running)."""
+        def reached(found, entry):
+            if found != state or (state == "running" and entry.get("pid") is None):
+                return None
+            return entry
+
+        return wait_until(lambda: reached(*self.find(jobid)), timeout,
+                          f"job {jobid} to be {state}")
 
     def stats(self, jobid):
         return self.get("jobstats.json", {"job": jobid})[1]

@@ -156,6 +156,24 @@ class FilesAndSchedulesTest(BenchCase):
         self.assertEqual(schedules.due_of("late0-0003-20261201T135145Z"), 1796133105.0)
 
 
+class StallTest(BenchCase):
+    """The reactor stall figure, on a toy table (SMOKE's 200 + 200 jobs)."""
+
+    def test_both_tables_filled_and_the_burst_measured(self):
+        bench = self.make_bench()
+        bench.start_site()
+        bench.measure_stall()
+        values = bench.results["stall_burst"]
+        for name in (NETWEIR_SERVE, OURS):
+            self.assertTrue(values[name] >= 0 and math.isfinite(values[name]), (name, values))
+        ours = bench.details["stall_burst"][OURS]
+        self.assertEqual(ours["errors"], [])
+        self.assertGreater(ours["burst_seconds"], 0)
+        for service in bench.services:
+            self.assertIsNotNone(service.process.poll(), f"{service.name} still runs")
+        self.assertTrue(any(note.startswith("stall: ") for note in bench.notes))
+
+
 class DocsTest(unittest.TestCase):
     def test_the_latest_table_in_the_docs_has_every_row(self):
         """docs/performance.md's latest table (the first table of its

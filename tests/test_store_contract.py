@@ -12,15 +12,17 @@ a backend keeps its data.
 import os
 import subprocess
 import sys
+import threading
 import time
 
-from twisted.internet import defer
+from twisted.internet import defer, reactor
 from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from netweir_serve.jobs.interfaces import IJobStore
 from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
+from netweir_serve.jobs.store import open_store
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 
 NODE_A, NODE_B = "node-a", "node-b"
@@ -628,7 +630,8 @@ class JobStoreContract:
 
 
 class SQLiteJobStoreContractTests(JobStoreContract, unittest.TestCase):
-    """The contract on a temporary SQLite file, timed by a Clock."""
+    """The contract on a temporary SQLite file, timed by a Clock, each
+    statement run at once (the Inline runner unit tests use)."""
 
     def setUp(self):
         self.clock = Clock()
@@ -640,6 +643,36 @@ class SQLiteJobStoreContractTests(JobStoreContract, unittest.TestCase):
 
     def make_second_store(self):
         return SQLiteJobStore(self.path, self.clock)
+
+
+class SQLiteThreadContractTests(JobStoreContract, unittest.TestCase):
+    """The contract on a temporary SQLite file as the service opens it:
+    each store's statements on a thread of its own, the results delivered
+    on the running reactor, which also times the retries of locked writes
+    (two stores' threads write to one file at once here)."""
+
+    def setUp(self):
+        self.path = os.path.abspath(self.mktemp())
+        return super().setUp()
+
+    def make_store(self):
+        return open_store(os.path.dirname(self.path), reactor,
+                          url=f"sqlite:///{self.path}", reactor=reactor)
+
+    def make_second_store(self):
+        return self.make_store()
+
+    def test_each_store_has_a_thread_of_its_own_that_ends_with_close(self):
+        thread = self.store._runner.thread
+        self.assertTrue(thread.is_alive())
+        self.assertIsNot(thread, threading.current_thread())
+        d = self.close_store(self.store)
+
+        def closed(_):
+            thread.join(5)
+            self.assertFalse(thread.is_alive())
+
+        return d.addCallback(closed)
 
 
 # A claimer in a process of its own: claims until the table has no pending

@@ -7,7 +7,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from netweir_serve.watching.builds import ListingBuilds
-from netweir_serve.watching.lag import LAG_BUCKETS, ReactorLag
+from netweir_serve.watching.lag import (
+    INTERVAL_SECONDS, LAG_BUCKETS, PROBE_VARIABLE, ReactorLag, probe_interval)
 from netweir_serve.web.cache import VersionCache
 from netweir_serve.web.metrics import Histogram
 
@@ -49,6 +50,22 @@ class ReactorLagTests(unittest.TestCase):
         self.lag.stop()
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_the_largest_lateness_is_the_worst_since_last_asked(self):
+        self.clock.advance(0.1)
+        self.clock.advance(0.4)   # the tick due at 0.2 runs 0.3 late
+        self.clock.advance(0.15)  # the next, 0.05 late
+        self.assertAlmostEqual(self.lag.take_largest(), 0.3)
+        self.assertEqual(self.lag.take_largest(), 0.0)
+        self.clock.advance(0.12)
+        self.assertAlmostEqual(self.lag.take_largest(), 0.02)
+
+    def test_the_benchmarks_probe_ticks_as_often_as_its_variable_asks(self):
+        self.assertEqual(probe_interval({}), INTERVAL_SECONDS)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "0.001"}), 0.001)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "0"}), INTERVAL_SECONDS)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "often"}), INTERVAL_SECONDS)
+        self.assertEqual(probe_interval({PROBE_VARIABLE: "0.00001"}), 0.0005)
+
 
 class Store:
     version = 1
@@ -66,6 +83,45 @@ class BuildsTests(unittest.TestCase):
         store.version = 2
         cache.answer(None, build)
         self.assertEqual(builds.counts, {"listjobs.json": 3})
+
+
+class SharedBuildTests(unittest.TestCase):
+    """A store that answers later (its own thread, PostgreSQL): those who
+    ask while an answer is built wait for that one build."""
+
+    def test_askers_during_a_build_share_it_and_one_gone_leaves_the_others(self):
+        builds, store, started = ListingBuilds(), Store(), []
+
+        def build():
+            started.append(defer.Deferred())
+            return started[-1]
+
+        cache = VersionCache(lambda: store, built=builds.counter("listjobs.json"))
+        first, gone, last = (cache.answer(None, build) for _ in range(3))
+        self.assertEqual((len(started), builds.counts), (1, {"listjobs.json": 1}))
+        gone.cancel()
+        self.failureResultOf(gone, defer.CancelledError)
+        started[0].callback("answer")
+        self.assertEqual((self.successResultOf(first), self.successResultOf(last)),
+                         ("answer", "answer"))
+        # Kept: the next asker is answered at once, with no build.
+        self.assertEqual(cache.answer(None, build), "answer")
+        self.assertEqual(len(started), 1)
+
+    def test_a_failed_build_fails_its_askers_and_is_not_kept(self):
+        store, started = Store(), []
+
+        def build():
+            started.append(defer.Deferred())
+            return started[-1]
+
+        cache = VersionCache(lambda: store)
+        first, second = cache.answer(None, build), cache.answer(None, build)
+        started[0].errback(RuntimeError("the table is gone"))
+        for answered in (first, second):
+            self.failureResultOf(answered, RuntimeError)
+        cache.answer(None, build)
+        self.assertEqual(len(started), 2)
 
 
 class LiveTests(CrawlTestCase):
@@ -104,3 +160,7 @@ class LiveTests(CrawlTestCase):
         found = self.scrape(daemon)
         self.assertEqual(value(found, "netweir_serve_reactor_lag_seconds_bucket", le="+Inf"),
                          value(found, "netweir_serve_reactor_lag_seconds_count"))
+        # The worst of them since the last scrape: a lateness, so not negative.
+        largest = ("netweir_serve_reactor_lag_largest_seconds", ())
+        self.assertIn(largest, found)
+        self.assertGreaterEqual(found[largest], 0)

@@ -55,7 +55,8 @@ class Poller:
         self._busy = True
         self._round = self._claim_and_launch()
         self._round.addErrback(self._round_failed)
-        # A round that finished at once (SQLite) is over after this line.
+        # A round that finished at once (a store answering at once, as in
+        # unit tests) is over after this line.
         self._round.addBoth(self._round_done)
 
     def _round_failed(self, failure):

@@ -1,5 +1,7 @@
 """Answers built from the job table, kept until its version moves on."""
 
+from twisted.internet import defer
+from twisted.python.failure import Failure
 
 # Answers kept per cache at most: listjobs.json keeps one per project
 # asked for, and a project is any name (one not served lists no jobs), so
@@ -22,6 +24,11 @@ class VersionCache:
         self._max_answers = max_answers
         self._version = None
         self._answers = {}
+        # Answers being built, by key: the Deferreds of those who asked
+        # meanwhile. The store answers later than the call (on its thread),
+        # and a listing of 20,000 jobs takes a while: clients asking while
+        # it is built wait for that one build rather than each start one.
+        self._building = {}
 
     def answer(self, key, build):
         """The answer for ``key``: the kept one while the table's version is
@@ -29,16 +36,33 @@ class VersionCache:
         version = self._store_of().version
         if version != self._version:
             self._answers.clear()
+            self._building.clear()
             self._version = version
         if key in self._answers:
             return self._answers[key]
+        # Each asker gets a Deferred of its own: one that goes away
+        # (cancelled) stops neither the build nor the others' answers.
+        answered = defer.Deferred()
+        waiting = self._building.get(key)
+        if waiting is not None:
+            waiting.append(answered)
+            return answered
         if self._built is not None:
             self._built()
-        return build().addCallback(self._keep, version, key)
+        waiting = self._building[key] = [answered]
+        build().addBoth(self._settle, version, key, waiting)
+        return answered
 
-    def _keep(self, answer, version, key):
-        if version == self._version:
+    def _settle(self, outcome, version, key, waiting):
+        if self._building.get(key) is waiting:
+            del self._building[key]
+        if not isinstance(outcome, Failure) and version == self._version:
             if key not in self._answers and len(self._answers) >= self._max_answers:
                 del self._answers[next(iter(self._answers))]
-            self._answers[key] = answer
-        return answer
+            self._answers[key] = outcome
+        for answered in waiting:
+            if isinstance(outcome, Failure):
+                answered.errback(outcome)
+            else:
+                answered.callback(outcome)
+        return None

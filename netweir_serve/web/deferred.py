@@ -1,9 +1,10 @@
 """Answering with a value that may come later (a Deferred from the job core).
 
-The SQLite store answers at once, so most Deferreds have fired before the
-handler returns: those are answered in the same call, as a plain value
-would be. One that has not is answered when it fires, and cancelled if the
-client goes away first (a reader process checking a spider stops then).
+A Deferred that has fired before the handler returns (a cached answer, a
+store answering at once in unit tests) is answered in the same call, as a
+plain value would be. One that has not (the store answers from its own
+thread) is answered when it fires, and cancelled if the client goes away
+first (a reader process checking a spider stops then).
 """
 
 from twisted.internet import defer

@@ -107,6 +107,8 @@ class ServiceMetrics:
         self._max_jobs = max_jobs
         self._streams = streams
         self._nodes = nodes
+        # watching.lag.ReactorLag.take_largest, once the service has one.
+        self.largest_lag = None
         self._by_state = {}
         self._node_up = {}
         self._version = None
@@ -230,6 +232,10 @@ class ServiceMetrics:
                             {(name,): n for name, n in self._listing_builds.counts.items()})
         yield self.reactor_lag.family(f"{p}_reactor_lag_seconds", "How late a timer asked"
                                       " to run every 100 ms ran: the reactor's stalls", [])
+        if self.largest_lag is not None:
+            yield GaugeMetricFamily(f"{p}_reactor_lag_largest_seconds", "The largest of"
+                                    " those since the last render of /metrics: the worst"
+                                    " stall between two scrapes", value=self.largest_lag())
 
     @staticmethod
     def _counter(name, documentation, label_names, values):

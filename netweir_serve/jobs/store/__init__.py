@@ -4,6 +4,7 @@ import os
 
 from ..records import StoreError
 from .sqlite import SQLiteJobStore
+from .sqlite_runner import SQLiteThread
 
 SQLITE, POSTGRESQL = "sqlite", "postgresql"
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -46,15 +47,24 @@ def _without_password(url):
 def open_store(directory, clock, url=None, reactor=None):
     """The job store of the service whose DIR is ``directory``, brought up
     to date if need be: ``DIR/jobs.db`` without ``url``, else the one the
-    --jobs-db ``url`` names (store_location). A PostgreSQL store needs
-    ``reactor`` (``clock`` if not given), and psycopg, imported only then:
-    a service on SQLite does without it. Raises ValueError for a URL of
+    --jobs-db ``url`` names (store_location). Either store delivers its
+    results on ``reactor``'s thread (``clock`` if not given): SQLite's
+    statements run on a thread of the store's own (SQLiteThread). A
+    PostgreSQL store needs psycopg, imported only then: a service on
+    SQLite does without it. Raises ValueError for a URL of
     neither kind; sqlite3.Error, or StoreError for PostgreSQL (psycopg
     missing, the server not answering), when the table cannot be opened;
     migrations.NewerSchema for one a newer netweir-serve wrote."""
     backend, where = store_location(url, directory)
+    if reactor is None:
+        reactor = clock
     if backend == SQLITE:
-        return SQLiteJobStore(where, clock)
+        runner = SQLiteThread(reactor)
+        try:
+            return SQLiteJobStore(where, clock, runner=runner)
+        except BaseException:
+            runner.stop()  # the file could not be opened: nothing to run
+            raise
     try:
         from .postgres import PostgresJobStore
     except ImportError as e:
