@@ -99,6 +99,62 @@ def kill_descendants(pid=None, sig=signal.SIGKILL):
     return count
 
 
+def _marked(variable, values):
+    """{pid: value} of the processes (not this one) whose environment sets
+    ``variable`` to one of ``values`` (bytes); those whose environment
+    cannot be read (another user's, a zombie's) are not among them."""
+    prefix = variable + b"="
+    found = {}
+    own = os.getpid()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == own:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if prefix not in environ:
+            continue
+        for entry in environ.split(b"\0"):
+            if entry.startswith(prefix) and entry[len(prefix):] in values:
+                found[int(name)] = entry[len(prefix):]
+                break
+    return found
+
+
+def kill_marked(variable, values, sig=signal.SIGKILL):
+    """Sends ``sig`` to every process whose environment sets ``variable``
+    to one of ``values`` (strings), again until none is left (one may fork
+    as the others are killed): what is left of a job whose parent is gone,
+    found by the mark it passed on to all it started, however they were
+    reparented, and never a process that merely has a pid it once had.
+    Returns {value: pids signalled}."""
+    wanted = {v.encode("utf-8", "surrogateescape") for v in values}
+    signalled = {}
+    if not wanted:
+        return signalled
+    for _ in range(50):
+        found = _marked(variable.encode(), wanted)
+        if not found:
+            break
+        for pid, value in found.items():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+            pids = signalled.setdefault(value.decode("utf-8", "surrogateescape"), [])
+            if pid not in pids:
+                pids.append(pid)
+        if sig != signal.SIGKILL:
+            break
+    return signalled
+
+
 def start_time(pid):
     """An identity of the living process ``pid`` that a reused pid never
     has: the boot's id and the process's start time in clock ticks since

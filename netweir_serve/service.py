@@ -171,7 +171,7 @@ class ServeService(service.Service):
         node = self.config.node if self.store.shared else None
         try:
             if self.store.shared:
-                yield end_processes_of_lost_jobs(self.store, node)
+                yield end_processes_of_lost_jobs(self.store, node, self.config.directory)
             adopted, _ = yield settle_left_running(
                 self.store, self.launcher, self.config.directory, node, self.reactor)
         except Exception:

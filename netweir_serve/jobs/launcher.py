@@ -24,7 +24,7 @@ from .interfaces import ILauncher
 from .logstats import append_stats
 from .process import (
     CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
-    private_arguments, remove_quietly, send_signal, watch_exit,
+    private_arguments, remove_quietly, run_mark, send_signal, watch_exit,
     write_private_file)
 from .records import FINISHED
 
@@ -195,7 +195,8 @@ class Launcher:
             opened.append(null_fd)
             process = self._reactor.spawnProcess(
                 CrawlProtocol(record.id, self._process_ended), command[0], command,
-                env=job_environment(self._environ), path=workdir,
+                env=job_environment(self._environ, run_mark(self._directory, record)),
+                path=workdir,
                 childFDs={0: null_fd, 1: log_fd, 2: log_fd})
         finally:
             for fd in opened:
