@@ -15,7 +15,8 @@ from netweir_serve.jobs.interfaces import (
     IJobStore, ILauncher, IPoller, IScheduler, IScheduleStore, ISpiderReader)
 from netweir_serve.jobs import launcher as launcher_module
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
-from netweir_serve.jobs.process import KILL_SIGNAL, job_environment
+from netweir_serve.jobs.process import (
+    KILL_SIGNAL, RUN_MARK_VARIABLE, job_environment, run_mark)
 from netweir_serve.jobs.poller import Poller
 from netweir_serve.jobs.records import StoreError
 from netweir_serve.jobs.scheduler import Scheduler
@@ -43,7 +44,7 @@ class Rig:
     them, with synchronous shortcuts for the tests (the SQLite store
     answers at once; a poll runs on the next turn, ``advance(0)``)."""
 
-    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None):
+    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None, wall=None):
         self.test = test
         self.dir = os.path.abspath(test.mktemp())
         project_dir = os.path.join(self.dir, "project")
@@ -61,11 +62,11 @@ class Rig:
                                  max_jobs, python="/usr/bin/python3", grace=grace,
                                  environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
                                           "NETWEIR_SERVE_USERNAME": "me"},
-                                 signal_process=self.signals)
+                                 signal_process=self.signals, wall=wall)
         # "removed" is claimed too, as a project taken off since it was queued.
         self.poller = Poller(self.store, self.launcher, self.reactor, NODE,
-                             ["shop", "removed"])
-        self.scheduler = Scheduler(self.store, self.launcher, self.reactor, self.events)
+                             ["shop", "removed"], wall=wall)
+        self.scheduler = Scheduler(self.store, self.launcher, wall or self.reactor, self.events)
         self.events.subscribe(self._ended, kinds=(ENDED,))
         self.events.subscribe(lambda kind, record: self.poller.poll(), kinds=(QUEUED, ENDED))
 
@@ -152,6 +153,9 @@ class LaunchingTests(unittest.TestCase):
         self.assertNotIn("NETWEIR_SERVE_PASSWORD", env)
         self.assertNotIn("NETWEIR_SERVE_USERNAME", env)
         self.assertEqual(env["PYTHONUNBUFFERED"], "1")
+        # The run's mark: in the status file its parent writes, and in the
+        # environment of all it starts (jobs.adoption finds them by it).
+        self.assertEqual(env[RUN_MARK_VARIABLE], run_mark(rig.dir, rig.get("a")))
         self.assertEqual(process.kwargs["path"], os.path.join(rig.dir, "project"))
         self.assertTrue(os.path.exists(files.log))
         rig.exit("a", 0)

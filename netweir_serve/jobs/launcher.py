@@ -70,8 +70,11 @@ class Launcher:
     def __init__(self, reactor, store, events, projects, directory, max_jobs,
                  python=sys.executable, grace=30.0, stats_interval=1.0,
                  environ=None, signal_process=send_signal, watch_process=watch_exit,
-                 identify=_proctree.start_time):
+                 identify=_proctree.start_time, wall=None):
         self._reactor = reactor
+        # The time of day for the ends it records (the reactor's clock,
+        # monotonic, times the grace, the kill and the stats loop).
+        self._wall = reactor if wall is None else wall
         self._store = store
         self._events = events
         self._projects = projects
@@ -211,7 +214,7 @@ class Launcher:
                 f.write(f"netweir-serve: the job could not start: {reason}\n")
         except OSError:
             pass
-        now = self._reactor.seconds()
+        now = self._wall.seconds()
         self._ending[fold(record.id)] = []
         recorded = self._store.mark_finished(record.id, "failed", now, reason=reason)
         recorded.addErrback(self._end_not_recorded, record.id,
@@ -293,7 +296,7 @@ class Launcher:
         remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
         self._ending[fold(jobid)] = job.ended
         written = read_exit_status(job.files.status)
-        now = self._reactor.seconds()
+        now = self._wall.seconds()
         if written is not None:
             status, end_time = written["exit_status"], written["end_time"]
         else:

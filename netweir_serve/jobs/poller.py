@@ -26,10 +26,12 @@ class Poller:
     log = Logger()
 
     def __init__(self, store, launcher, clock, node, projects, interval=5.0,
-                 max_per_spider=None):
+                 max_per_spider=None, wall=None):
         self._store = store
         self._launcher = launcher
         self._clock = clock
+        # A claim's start time is a time of day (``clock`` times the loop).
+        self._wall = clock if wall is None else wall
         self._node = node
         self._projects = tuple(projects)
         self._interval = interval
@@ -76,7 +78,7 @@ class Poller:
         while not self._stopped and self._launcher.slots_free() > 0:
             try:
                 record = yield self._store.claim_next(
-                    self._node, self._projects, self._clock.seconds(), self._max_per_spider)
+                    self._node, self._projects, self._wall.seconds(), self._max_per_spider)
             except StoreError as e:
                 # Nothing was claimed; the next poll (or the timer) tries again.
                 self.log.warn("could not take the next job: {why}", why=e.message)
