@@ -1,4 +1,6 @@
-"""A wall clock stepped back (issue 23): intervals do not stretch with it.
+"""A wall clock stepped back (issue 23): intervals do not stretch with it,
+on one node (the request deadline, the cancel grace) or in a cluster (a node
+stepped back beats on, and is not declared dead).
 
 The daemon runs with its ``time.time`` offset by the seconds written in a
 file the test owns (set before Twisted is imported, as a step of the
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import time
 
+from . import test_cluster
 from .processes import Daemon, alive, wait_until
 from .test_cancel import SHORT_GRACE, StubbornTestCase
 
@@ -103,3 +106,34 @@ class ClockStepTests(StubbornTestCase):
         except socket.timeout:
             self.fail(f"the connection is still open {time.monotonic() - started:.0f} s"
                       " after a step back (the 15 s deadline stretched with the clock)")
+
+
+class ClusterClockStepTests(test_cluster.ClusterTestCase):
+    def stepped_node(self, name):
+        clock = SteppedClock(tempfile.mkdtemp(dir=self.base))
+        daemon = Daemon(os.path.join(self.base, name), [f"shop={self.shop}"],
+                        ["--jobs-db", self.jobs_db, "--node-name", name,
+                         "--node-timeout", str(test_cluster.TIMEOUT), "--max-jobs", "1"],
+                        env=test_cluster.AUTH_ENV, auth=test_cluster.AUTH,
+                        command=clock.command())
+        self.addCleanup(daemon.kill)
+        self.nodes[name] = daemon
+        return daemon.start(), clock
+
+    def test_a_node_stepped_back_beats_on_and_keeps_its_job(self):
+        n0, clock = self.stepped_node("n0")
+        jobid = n0.must_schedule("shop", "slow", delay="0.2")
+        self.assertEqual(self.running_on(n0, jobid), "n0")
+        n1 = self.node("n1", 1)
+        # n1 judges the others once it has beaten for a whole timeout.
+        wait_until(lambda: self.nodes_up(n1) == {"n0": 1, "n1": 1}, 30, "both nodes up")
+        clock.step(-60)
+        # Past the timeout several times over: a node whose heartbeat
+        # stalled with its clock would be declared dead by now.
+        time.sleep(3 * test_cluster.TIMEOUT)
+        self.assertEqual(test_cluster.DECLARED.findall(self.outputs()), [])
+        self.assertEqual(n1.find(jobid)[0], "running")
+        self.assertEqual(self.nodes_up(n1), {"n0": 1, "n1": 1})
+        self.assertEqual(n0.post("cancel.json", {"project": "shop", "job": jobid})[1]
+                         ["prevstate"], "running")
+        self.assertEqual(n1.wait_state(jobid, "finished", timeout=30)["outcome"], "cancelled")
