@@ -18,7 +18,7 @@ from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
 from netweir_serve.jobs.process import (
     KILL_SIGNAL, RUN_MARK_VARIABLE, job_environment, run_mark)
 from netweir_serve.jobs.poller import Poller
-from netweir_serve.jobs.records import StoreError
+from netweir_serve.jobs.records import JobRecord, StoreError
 from netweir_serve.jobs.scheduler import Scheduler
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
@@ -520,6 +520,45 @@ class ClaimTests(unittest.TestCase):
         rig.poller.poll()
         rig.settle()
         self.assertEqual(rig.get("a").state, "running")
+
+    def test_a_claim_made_whose_answer_was_lost_is_found_and_started(self):
+        # The claim's COMMIT reached the table, its answer never came back
+        # (a cut connection): the job is running here, with no process.
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        self.patch(rig.store, "claim_next", lambda *a: claim(*a).addCallback(
+            lambda record: defer.fail(StoreError("the connection was lost"))))
+        rig.schedule("a")
+        self.assertEqual((rig.get("a").state, rig.get("a").pid), ("running", None))
+        self.assertEqual(rig.reactor.processes, [])
+        self.patch(rig.store, "claim_next", claim)
+        rig.reactor.advance(1)
+        rig.poller.poll()
+        rig.settle()
+        record = rig.get("a")
+        self.assertEqual([p.pid for p in rig.reactor.processes], [record.pid])
+        self.assertEqual(rig.launcher.running_ids(), ["a"])
+        # It hears a cancel, as any job it started.
+        self.assertEqual(rig.cancel("a"), "running")
+        self.assertEqual(rig.signals.sent, [(record.pid, signal.SIGTERM, False)])
+
+    def test_a_job_running_here_without_a_pid_is_not_taken_for_a_lost_answer(self):
+        # Claimed by another claim than the one whose answer was lost (an
+        # earlier run of this node, say): the claim's time tells them apart.
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        self.successResultOf(rig.store.add(JobRecord(id="old", project="shop", spider="books",
+                                                     spider_file=rig.spider_file)))
+        self.successResultOf(claim(NODE, ["shop"], 5.0))
+        self.patch(rig.store, "claim_next", lambda *a: defer.fail(StoreError("cut off")))
+        rig.reactor.advance(10)
+        rig.poller.poll()
+        rig.settle()
+        self.patch(rig.store, "claim_next", claim)
+        rig.poller.poll()
+        rig.settle()
+        self.assertEqual((rig.get("old").state, rig.get("old").pid), ("running", None))
+        self.assertEqual(rig.reactor.processes, [])
 
     def test_an_unexpected_error_in_launch_is_contained_to_its_job(self):
         rig = Rig(self, max_jobs=2)

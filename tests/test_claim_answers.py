@@ -1,0 +1,81 @@
+"""A claim whose COMMIT reached PostgreSQL but whose answer was lost
+(issue 23): tried as it was found, through a relay between a node and the
+database that forwards the claim's COMMIT and drops the answer, closing the
+connection. The node must find the job it claimed and start it, rather
+than leave it running with no process, deaf to cancel and kill."""
+
+import threading
+
+from .processes import wait_until
+from .test_cluster import ClusterTestCase, Relay, server_address, url_through
+
+# What marks a claim's statement, and the simple query psycopg commits with.
+CLAIM_STATEMENT = b"UPDATE jobs SET state = 'running'"
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+# The server's CommandComplete of a claim that took a job.
+TOOK_ONE = b"UPDATE 1\x00"
+
+
+class AnswerDroppingRelay(Relay):
+    """A Relay that, once ``drop_next_claim()`` is asked, forwards the
+    COMMIT of the next claim that took a job to the server, swallows the
+    server's answer and closes that connection: the claim is made, and the
+    node never hears of it."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        self._armed = threading.Event()
+        # {pair: "claiming" (statement sent), "took" (a row), "dropping"}
+        self._stage = {}
+        self.dropped = threading.Event()
+
+    def drop_next_claim(self):
+        self._armed.set()
+
+    def _pump(self, source, sink, pair):
+        towards_server = source is pair[0]
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                stage = self._stage.get(pair)
+                if towards_server:
+                    if self._armed.is_set() and CLAIM_STATEMENT in data:
+                        self._stage[pair] = "claiming"
+                    elif stage == "took" and COMMIT in data:
+                        self._armed.clear()
+                        self._stage[pair] = "dropping"
+                    elif stage == "claiming":
+                        self._stage.pop(pair, None)  # it took nothing
+                else:
+                    if stage == "claiming" and TOOK_ONE in data:
+                        self._stage[pair] = "took"
+                    elif stage == "dropping":
+                        # The server's answer to the COMMIT: it committed.
+                        self.dropped.set()
+                        break
+                sink.sendall(data)
+        except OSError:
+            pass
+        self._drop(pair)
+
+
+class LostClaimAnswerTests(ClusterTestCase):
+    def test_a_job_whose_claim_answer_was_lost_is_started_and_hears_a_cancel(self):
+        relay = AnswerDroppingRelay(server_address(self.jobs_db))
+        self.addCleanup(relay.stop)
+        node = self.node("n0", 1, jobs_db=url_through(self.jobs_db, "127.0.0.1", relay.port))
+        relay.drop_next_claim()
+        jobid = node.must_schedule("shop", "slow", delay="0.2", pages="1000")
+        wait_until(relay.dropped.is_set, 30, "the claim's answer to be dropped")
+        entry = wait_until(lambda: (lambda s, e: e if s == "running" and e.get("pid")
+                                    else None)(*node.find(jobid)), 30,
+                           f"{jobid} to run with a process")
+        self.assertEqual(entry["node"], "n0")
+        self.assertIn("the claim's answer was lost: starting it now", node.output())
+        self.assertEqual(node.post("cancel.json", {"project": "shop", "job": jobid,
+                                                   "signal": "KILL"})[1]["prevstate"],
+                         "running")
+        entry = node.wait_state(jobid, "finished", timeout=30)
+        self.assertEqual(entry["outcome"], "cancelled")
