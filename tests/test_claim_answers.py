@@ -1,10 +1,20 @@
-"""A claim whose COMMIT reached PostgreSQL but whose answer was lost
-(issue 23): tried as it was found, through a relay between a node and the
-database that forwards the claim's COMMIT and drops the answer, closing the
-connection. The node must find the job it claimed and start it, rather
-than leave it running with no process, deaf to cancel and kill."""
+"""Claims and their answers (issue 23), tried as the breaks were found,
+through a relay between a node and PostgreSQL.
 
+- A claim whose COMMIT reached PostgreSQL but whose answer was lost (the
+  relay forwards the COMMIT, drops the answer and closes the connection):
+  the node must find the job it claimed and start it, rather than leave it
+  running with no process, deaf to cancel and kill.
+- A stop (SIGTERM, or SIGUSR1 for a handover) while a claim waits on
+  PostgreSQL (the relay holds the claim's statement): the job goes back to
+  the queue, never claimed by a node that is gone, then lost.
+"""
+
+import os
+import signal
+import socket
 import threading
+import time
 
 from .processes import wait_until
 from .test_cluster import ClusterTestCase, Relay, server_address, url_through
@@ -59,6 +69,77 @@ class AnswerDroppingRelay(Relay):
         except OSError:
             pass
         self._drop(pair)
+
+
+def listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+class ClaimHoldingRelay(Relay):
+    """A Relay that, once ``hold_next_claim()`` is asked, holds the next
+    claim's statement (``holding`` is set) until ``let_go()``."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        self._armed = threading.Event()
+        self.holding = threading.Event()
+        self._go = threading.Event()
+
+    def hold_next_claim(self):
+        self._armed.set()
+
+    def let_go(self):
+        self._go.set()
+
+    def _pump(self, source, sink, pair):
+        towards_server = source is pair[0]
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if towards_server and self._armed.is_set() and CLAIM_STATEMENT in data:
+                    self._armed.clear()
+                    self.holding.set()
+                    self._go.wait(30)
+                sink.sendall(data)
+        except OSError:
+            pass
+        self._drop(pair)
+
+
+class StopDuringClaimTests(ClusterTestCase):
+    def stop_during_a_claim(self, signum):
+        relay = ClaimHoldingRelay(server_address(self.jobs_db))
+        self.addCleanup(relay.stop)
+        self.addCleanup(relay.let_go)
+        through = url_through(self.jobs_db, "127.0.0.1", relay.port)
+        node = self.node("n0", 1, jobs_db=through)
+        relay.hold_next_claim()
+        jobid = node.must_schedule("shop", "echo")
+        wait_until(relay.holding.is_set, 30, "the claim to be held")
+        os.kill(node.process.pid, signum)
+        # The stop is under way (it has stopped listening) before the
+        # claim reaches the table.
+        wait_until(lambda: not listening(node.port), 30, "the node to stop listening")
+        time.sleep(0.5)
+        relay.let_go()
+        self.assertEqual(node.process.wait(60), 0, node.output())
+        # Another node takes it from the queue (n0's name stays held until
+        # its heartbeat is old: a node claiming it would be n0 for nothing).
+        other = self.node("n1", 1)
+        entry = other.wait_state(jobid, "finished", timeout=30)
+        self.assertEqual((entry["outcome"], entry["node"]), ("finished", "n1"), node.output())
+
+    def test_sigterm_while_a_claim_waits_leaves_the_job_pending(self):
+        self.stop_during_a_claim(signal.SIGTERM)
+
+    def test_sigusr1_while_a_claim_waits_leaves_the_job_pending(self):
+        self.stop_during_a_claim(signal.SIGUSR1)
 
 
 class LostClaimAnswerTests(ClusterTestCase):

@@ -560,6 +560,31 @@ class ClaimTests(unittest.TestCase):
         self.assertEqual((rig.get("old").state, rig.get("old").pid), ("running", None))
         self.assertEqual(rig.reactor.processes, [])
 
+    def test_a_claim_answered_after_the_stop_puts_its_job_back_in_the_queue(self):
+        # A claim waiting on PostgreSQL as the service stops: cancelling its
+        # Deferred does not stop the table from making it.
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        asked = []
+
+        def waiting(*args):
+            answer = defer.Deferred(lambda d: None)
+            asked.append((answer, args))
+            return answer
+
+        self.patch(rig.store, "claim_next", waiting)
+        rig.schedule("a")
+        [(answer, args)] = asked
+        stopped = []
+        rig.poller.stop().addCallback(stopped.append)
+        made = self.successResultOf(claim(*args))
+        if not answer.called:
+            answer.callback(made)
+        self.assertEqual(stopped, [None])
+        record = rig.get("a")
+        self.assertEqual((record.state, record.node, record.start_time), ("pending", None, None))
+        self.assertEqual(rig.reactor.processes, [])
+
     def test_an_unexpected_error_in_launch_is_contained_to_its_job(self):
         rig = Rig(self, max_jobs=2)
         launch = rig.launcher.launch

@@ -111,7 +111,24 @@ class Poller:
                 return
             if record is None:
                 return
+            if self._stopped:
+                # Answered after the stop began (it waited on PostgreSQL):
+                # the job goes back to the queue, never claimed for nothing.
+                yield self._release(record, claimed_at)
+                return
             self._launch(record)
+
+    @defer.inlineCallbacks
+    def _release(self, record, claimed_at):
+        try:
+            released = yield self._store.release_claim(record.id, self._node, claimed_at)
+        except StoreError as e:
+            self.log.warn("job {jobid} was claimed as the service stopped and could not be put"
+                          " back in the queue: {why}", jobid=record.id, why=e.message)
+            return
+        if released is not None:
+            self.log.info("job {jobid} was claimed as the service stopped: back in the queue",
+                          jobid=record.id)
 
     def _launch(self, record):
         try:
@@ -155,9 +172,11 @@ class Poller:
         self._soon = None
         if self._round is None:
             return defer.succeed(None)
+        # A claim waiting for the table is not cancelled: cancelling the
+        # Deferred would not stop PostgreSQL from making it, and the job
+        # would be claimed by a node that starts nothing (lost at its next
+        # start). Its answer is waited for, and a job it took goes back to
+        # the queue (_claim_and_launch).
         waiting = defer.Deferred()
         self._round.addBoth(lambda result: waiting.callback(None) or result)
-        # A claim still waiting for the table is dropped, never made: a job
-        # claimed now would be started only to be cancelled by the stop.
-        self._round.cancel()
         return waiting
