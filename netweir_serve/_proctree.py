@@ -44,26 +44,32 @@ def make_undumpable():
     return _prctl(_PR_SET_DUMPABLE, 0)
 
 
-def _parents():
-    """{pid: parent pid} of every process this one can see."""
-    found = {}
+def _each(kind):
+    """(pid, content of /proc/PID/``kind``) of every process this one can
+    see and may read that file of."""
     try:
         names = os.listdir("/proc")
     except OSError:
-        return found
+        return
     for name in names:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+            with open(f"/proc/{name}/{kind}", "rb") as f:
+                yield int(name), f.read()
         except OSError:
             continue
+
+
+def _parents():
+    """{pid: parent pid} of every process this one can see."""
+    found = {}
+    for pid, stat in _each("stat"):
         # The command name (field 2) may hold spaces and parentheses: the
         # fields after it start past the last ")".
         fields = stat[stat.rfind(b")") + 2:].split()
         if len(fields) > 1:
-            found[int(name)] = int(fields[1])
+            found[pid] = int(fields[1])
     return found
 
 
@@ -106,23 +112,12 @@ def _marked(variable, values):
     prefix = variable + b"="
     found = {}
     own = os.getpid()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == own:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        if prefix not in environ:
+    for pid, environ in _each("environ"):
+        if pid == own or prefix not in environ:
             continue
         for entry in environ.split(b"\0"):
             if entry.startswith(prefix) and entry[len(prefix):] in values:
-                found[int(name)] = entry[len(prefix):]
+                found[pid] = entry[len(prefix):]
                 break
     return found
 

@@ -33,7 +33,8 @@ def end_leftovers(directory, records, kill_marked=_proctree.kill_marked):
     ended, whose parent is gone): those whose environment carries a run's
     mark. Returns the ids of the jobs that had some. A scan of /proc, at
     start only, when some job was settled."""
-    marks = {run_mark(directory, r): r for r in records if r.start_time is not None}
+    marks = {run_mark(directory, r): r for r in records
+             if r is not None and r.start_time is not None}
     ended = []
     for mark, pids in kill_marked(RUN_MARK_VARIABLE, list(marks)).items():
         record = marks[mark]
