@@ -44,26 +44,32 @@ def make_undumpable():
     return _prctl(_PR_SET_DUMPABLE, 0)
 
 
-def _parents():
-    """{pid: parent pid} of every process this one can see."""
-    found = {}
+def _each(kind):
+    """(pid, content of /proc/PID/``kind``) of every process this one can
+    see and may read that file of."""
     try:
         names = os.listdir("/proc")
     except OSError:
-        return found
+        return
     for name in names:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+            with open(f"/proc/{name}/{kind}", "rb") as f:
+                yield int(name), f.read()
         except OSError:
             continue
+
+
+def _parents():
+    """{pid: parent pid} of every process this one can see."""
+    found = {}
+    for pid, stat in _each("stat"):
         # The command name (field 2) may hold spaces and parentheses: the
         # fields after it start past the last ")".
         fields = stat[stat.rfind(b")") + 2:].split()
         if len(fields) > 1:
-            found[int(name)] = int(fields[1])
+            found[pid] = int(fields[1])
     return found
 
 
@@ -97,6 +103,51 @@ def kill_descendants(pid=None, sig=signal.SIGKILL):
         except (ProcessLookupError, PermissionError):
             pass
     return count
+
+
+def _marked(variable, values):
+    """{pid: value} of the processes (not this one) whose environment sets
+    ``variable`` to one of ``values`` (bytes); those whose environment
+    cannot be read (another user's, a zombie's) are not among them."""
+    prefix = variable + b"="
+    found = {}
+    own = os.getpid()
+    for pid, environ in _each("environ"):
+        if pid == own or prefix not in environ:
+            continue
+        for entry in environ.split(b"\0"):
+            if entry.startswith(prefix) and entry[len(prefix):] in values:
+                found[pid] = entry[len(prefix):]
+                break
+    return found
+
+
+def kill_marked(variable, values, sig=signal.SIGKILL):
+    """Sends ``sig`` to every process whose environment sets ``variable``
+    to one of ``values`` (strings), again until none is left (one may fork
+    as the others are killed): what is left of a job whose parent is gone,
+    found by the mark it passed on to all it started, however they were
+    reparented, and never a process that merely has a pid it once had.
+    Returns {value: pids signalled}."""
+    wanted = {v.encode("utf-8", "surrogateescape") for v in values}
+    signalled = {}
+    if not wanted:
+        return signalled
+    for _ in range(50):
+        found = _marked(variable.encode(), wanted)
+        if not found:
+            break
+        for pid, value in found.items():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+            pids = signalled.setdefault(value.decode("utf-8", "surrogateescape"), [])
+            if pid not in pids:
+                pids.append(pid)
+        if sig != signal.SIGKILL:
+            break
+    return signalled
 
 
 def start_time(pid):

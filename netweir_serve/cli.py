@@ -1,6 +1,7 @@
 """Entry points: ``netweir-serve``, ``python -m netweir_serve``, the twistd
 plugin and the .tac file. This is the only module that touches the global
-reactor; everything below gets it as a parameter."""
+reactor; everything below gets it as a parameter. Each gives it a monotonic
+clock first (clocks.py): a step of the wall clock moves no timer."""
 
 import os
 import shlex
@@ -86,8 +87,10 @@ def main(argv=None):
         sys.modules.setdefault("OpenSSL", None)
     from twisted.internet import reactor
 
+    from .clocks import use_monotonic_time
     from .service import CannotListen
 
+    use_monotonic_time(reactor)
     serve = build(options, reactor)
     _start_logging(level)
     try:
@@ -111,6 +114,9 @@ def twistd_service(options, name=TWISTD_COMMAND):
     ``name`` signs the line saying why it cannot be built."""
     from twisted.internet import reactor
 
+    from .clocks import use_monotonic_time
+
+    use_monotonic_time(reactor)
     serve = build(options, reactor, name)
     reactor.callWhenRunning(serve.install_signal_handlers)
     return serve

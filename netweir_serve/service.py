@@ -12,6 +12,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import server
 
+from .clocks import WallClock
 from .dirlock import DirectoryUnusable, lock_directory
 from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
 from .options import exposed_refusal
@@ -124,6 +125,8 @@ class ServeService(service.Service):
         self.membership = None
         # watching.lag.ReactorLag, set by makeService: runs while the service does.
         self.reactor_lag = None
+        # The time of day (clocks.py); makeService sets the one it gave the parts.
+        self.wall = reactor
         # Why the service could not start, once it has stopped for it.
         self.failure = None
 
@@ -178,9 +181,9 @@ class ServeService(service.Service):
         node = self.config.node if self.store.shared else None
         try:
             if self.store.shared:
-                yield end_processes_of_lost_jobs(self.store, node)
+                yield end_processes_of_lost_jobs(self.store, node, self.config.directory)
             adopted, _ = yield settle_left_running(
-                self.store, self.launcher, self.config.directory, node, self.reactor)
+                self.store, self.launcher, self.config.directory, node, self.wall)
         except Exception:
             log.failure("could not settle the jobs the last run left running; trying"
                         " again in {s:g} s", s=SETTLE_RETRY_SECONDS)
@@ -332,7 +335,7 @@ def _open_store(config, reactor):
             f" {os.path.join(config.directory, 'jobs.db')} cannot be opened: {e}") from None
 
 
-def makeService(config, reactor):
+def makeService(config, reactor, wall=None):
     """The whole daemon for ``config`` (a ServeConfig), on ``reactor``.
 
     Locks ``config.directory`` first; raises DirectoryBusy if another
@@ -342,12 +345,16 @@ def makeService(config, reactor):
     # Answers say which node answered: --node-name (the host name by default).
     name_node(config.node)
     store = _open_store(config, reactor)
+    # The reactor's clock times intervals (the entry points make it
+    # monotonic); what is recorded or shown as a time of day reads this.
+    wall = WallClock() if wall is None else wall
     events = JobEvents()
     launcher = Launcher(reactor, store, events, config.projects, config.directory,
                         config.max_jobs, python=config.python, grace=config.grace,
-                        stats_interval=config.stats_interval)
+                        stats_interval=config.stats_interval, wall=wall)
     poller = Poller(store, launcher, reactor, config.node, config.projects.names(),
-                    interval=config.poll_interval, max_per_spider=config.max_jobs_per_spider)
+                    interval=config.poll_interval, max_per_spider=config.max_jobs_per_spider,
+                    wall=wall)
     # --keep is each node's own on a shared table: a node can delete the
     # files of the jobs it ran only.
     pruner = Pruner(store, config.directory, config.keep, reactor,
@@ -356,14 +363,14 @@ def makeService(config, reactor):
     # the table past --keep.
     events.subscribe(_poll_when_a_job_may_start(poller), kinds=(QUEUED, ENDED, CHANGED))
     events.subscribe(pruner.request, kinds=(ENDED,))
-    scheduler = Scheduler(store, launcher, reactor, events)
+    scheduler = Scheduler(store, launcher, wall, events)
     # Spider files may read the environment as they load: give them the one
     # jobs get, without the service's credentials.
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
     submitter = JobSubmitter(config.projects, store, scheduler, reader, config.directory)
     # Watching: the stats over time, the /events stream, /metrics, --notify.
-    history = StatsHistory(config.directory, launcher.running_stats, reactor)
+    history = StatsHistory(config.directory, launcher.running_stats, wall)
     history.subscribe(events)
     hub = EventHub(reactor, launcher.running_stats)
     hub.subscribe(events)
@@ -380,7 +387,7 @@ def makeService(config, reactor):
     timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
                           on_change=lambda r: (hub.schedule_changed(r),
                                                metrics.schedule_changed(r)),
-                          on_change_elsewhere=hub.schedule_changed)
+                          on_change_elsewhere=hub.schedule_changed, wall=wall)
     hub.show_schedules(timetable)
     timetable.schedules().addCallbacks(
         metrics.seed_schedules,
@@ -396,14 +403,15 @@ def makeService(config, reactor):
     root = Root(api, config.directory, pages={**site_pages(api), **watching},
                 listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, launcher, config.directory,
-                                                         reactor)})
+                                                         wall)})
     serve = ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
                          timetable, _listening(config, reactor, root))
+    serve.wall = wall
     if store.shared:
         serve.membership = NodeMembership(store, launcher, poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,
                                           config.node_timeout,
-                                          projects=config.projects.names())
+                                          projects=config.projects.names(), wall=wall)
         serve.membership.subscribe(events)
     serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag,
                                    interval=probe_interval(os.environ))

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from datetime import datetime
 
 from twisted.internet.task import Clock
@@ -35,7 +36,7 @@ from netweir_serve.jobs.adoption import settle_left_running
 from netweir_serve.jobs.events import ENDED, JobEvents
 from netweir_serve.jobs.files import job_files, read_exit_status
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
-from netweir_serve.jobs.process import CANCEL_SIGNAL, KILL_SIGNAL
+from netweir_serve.jobs.process import CANCEL_SIGNAL, KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark
 from netweir_serve.jobs.records import JobRecord
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
@@ -676,13 +677,15 @@ class EdgeTests(AdoptionTestCase):
         jobid = daemon.must_schedule("shop", "slow", jobid="other", delay="0.1")
         pid = self.running_pid(daemon, jobid)
         self.kill_9(daemon)
-        # As if the pid had been reused: the same boot, another start time.
+        # As if the pid had been reused: the same boot, another start time;
+        # and the process carries another run's mark (a job's process that
+        # is not this run's would), so nothing finds it as what is left of it.
         boot, ticks = _proctree.start_time(pid).rsplit(":", 1)
         db = sqlite3.connect(os.path.join(directory, "jobs.db"))
         try:
             with db:
-                db.execute("UPDATE jobs SET proc_start = ? WHERE id = ?",
-                           (f"{boot}:{int(ticks) + 1}", jobid))
+                db.execute("UPDATE jobs SET proc_start = ?, start_time = start_time - 1"
+                           " WHERE id = ?", (f"{boot}:{int(ticks) + 1}", jobid))
         finally:
             db.close()
         again = self.serve(directory)
@@ -716,6 +719,66 @@ class EdgeTests(AdoptionTestCase):
         for jobid in (garbled, missing):
             state, entry = again.find(jobid)
             self.assertEqual((state, entry["outcome"]), ("finished", "lost"), jobid)
+        self.assertNothingLeft(again)
+
+
+class UnrecordedAndOrphanedTests(AdoptionTestCase):
+    """Two breaks found by trying (issue 23): a service that died before it
+    recorded its job's pid, and a job's parent killed while no service ran."""
+
+    def test_a_job_whose_pid_was_never_recorded_gets_the_end_its_status_file_says(self):
+        directory = self.new_dir()
+        daemon = self.serve(directory)
+        jobid = daemon.must_schedule("shop", "slow", jobid="unrecorded", pages="6",
+                                     delay="0.1")
+        pid = self.running_pid(daemon, jobid)
+        self.kill_9(daemon)
+        # As if the service had died between the spawn and the write of the
+        # pid: the table has the claim alone.
+        db = sqlite3.connect(os.path.join(directory, "jobs.db"))
+        try:
+            with db:
+                db.execute("UPDATE jobs SET pid = NULL, proc_start = NULL WHERE id = ?",
+                           (jobid,))
+        finally:
+            db.close()
+        wait_until(lambda: not alive(pid), 20, "the job to end unwatched")
+        written = read_exit_status(self.status_path(directory, jobid))
+        self.assertEqual(written["exit_status"], 0)
+        again = self.serve(directory)
+        state, entry = again.find(jobid)
+        self.assertEqual((state, entry["outcome"], entry["exit_status"]),
+                         ("finished", "finished", 0))
+        self.assertAlmostEqual(parse_time(entry["end_time"]), written["end_time"], places=4)
+        self.assertEqual(again.stats(jobid)["stats"]["items"], 6)
+        self.assertNothingLeft(again)
+
+    def test_a_lost_jobs_crawl_left_running_is_ended_at_the_next_start(self):
+        directory = self.new_dir()
+        daemon = self.serve(directory)
+        jobid = daemon.must_schedule("shop", "slow", jobid="orphan", pages="400", delay="0.1")
+        parent = self.running_pid(daemon, jobid)
+        [crawl] = wait_until(lambda: _proctree.children(parent), 10, "the crawl to fork")
+        self.addCleanup(kill_groups, [crawl])
+        # A process of the same user carrying another run's mark, and one
+        # that took nothing of the job: neither is touched.
+        strangers = [subprocess.Popen(["sleep", "60"], env={RUN_MARK_VARIABLE: "0" * 32}),
+                     subprocess.Popen(["sleep", "60"])]
+        for stranger in strangers:
+            self.addCleanup(lambda p=stranger: (p.kill(), p.wait()))
+        self.kill_9(daemon)
+        os.kill(parent, signal.SIGKILL)
+        wait_until(lambda: not alive(parent), 10, "the job's parent to die")
+        log = job_files(directory, "shop", "slow", jobid).log
+        size = os.path.getsize(log)
+        wait_until(lambda: os.path.getsize(log) > size, 10, "the orphaned crawl to go on")
+        again = self.serve(directory)
+        state, entry = again.find(jobid)
+        self.assertEqual((state, entry["outcome"]), ("finished", "lost"))
+        wait_until(lambda: not alive(crawl), 10, "the orphaned crawl to be ended")
+        self.assertIn("its processes ran on", again.output())
+        for stranger in strangers:
+            self.assertIsNone(stranger.poll())
         self.assertNothingLeft(again)
 
 
@@ -841,6 +904,9 @@ class ReadExitStatusTests(unittest.TestCase):
         self.assertEqual(read_exit_status(path), {"exit_status": -9, "end_time": 12.0})
         path = self.write('{"exit_status": null, "end_time": 1.5}')
         self.assertEqual(read_exit_status(path), {"exit_status": None, "end_time": 1.5})
+        path = self.write('{"exit_status": 0, "end_time": 2, "crawl_pid": 5, "run": "ab"}')
+        self.assertEqual(read_exit_status(path),
+                         {"exit_status": 0, "end_time": 2.0, "run": "ab"})
 
     def test_missing_or_garbled(self):
         self.assertIsNone(read_exit_status(self.mktemp()))
@@ -853,6 +919,7 @@ class ReadExitStatusTests(unittest.TestCase):
                         '{"exit_status": 0, "end_time": "1"}',
                         '{"exit_status": 0, "end_time": null}',
                         '{"exit_status": 0, "end_time": true}',
+                        '{"exit_status": 0, "end_time": 1, "run": 5}',
                         '{"exit_status": 0, "end_time": NaN}',
                         '{"exit_status": 0, "end_time": Infinity}',
                         '{"exit_status": 0, "end_time": -1e300}',
@@ -957,6 +1024,29 @@ class SettleTests(unittest.TestCase):
         for jobid in ended:
             self.assertEqual(self.get(jobid).state, "finished")
 
+    def test_a_status_of_this_run_counts_though_its_pid_was_never_recorded(self):
+        self.running("unrecorded")
+        self.running("earlier")
+        self.running("unmarked")
+        self.status("unrecorded", {"exit_status": 0, "end_time": 1001.5, "crawl_pid": 7,
+                                   "run": run_mark(self.dir, self.get("unrecorded"))})
+        # A file left by an earlier job of the same id: another claim's mark.
+        earlier = replace(self.get("earlier"), start_time=5.0)
+        self.status("earlier", {"exit_status": 0, "end_time": 6.0,
+                                "run": run_mark(self.dir, earlier)})
+        self.status("unmarked", {"exit_status": 0, "end_time": 1001.0})
+        _, adopted, ended = self.settle()
+        self.assertEqual(
+            {k: (r.outcome, r.exit_status, r.end_time) for k, r in ended.items()},
+            {"unrecorded": ("finished", 0, 1001.5), "earlier": ("lost", None, 1000),
+             "unmarked": ("lost", None, 1000)})
+
+    def test_a_mark_of_another_run_is_not_this_runs_status(self):
+        self.running("a", 100, "boot:5")
+        self.status("a", {"exit_status": 0, "end_time": 900.0, "run": "ab" * 16})
+        _, _, ended = self.settle()
+        self.assertEqual(ended["a"].outcome, "lost")
+
     def test_a_process_that_ends_as_it_is_adopted_is_settled(self):
         self.running("a", 100, "boot:5")
         self.identities[100] = "boot:5"
@@ -981,6 +1071,31 @@ class SettleTests(unittest.TestCase):
             log = f.read()
         self.assertEqual(log.count("Dumping Scrapy stats"), 1)
         self.assertIn("'item_scraped_count': 7", log)
+
+
+class KillMarkedTests(unittest.TestCase):
+    """_proctree.kill_marked on real processes."""
+
+    def start(self, mark):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        if mark is not None:
+            env[RUN_MARK_VARIABLE] = mark
+        process = subprocess.Popen(["sleep", "60"], env=env)
+        self.addCleanup(lambda: (process.kill(), process.wait()))
+        wait_until(lambda: os.path.exists(f"/proc/{process.pid}/environ")
+                   and RUN_MARK_VARIABLE.encode() in open(f"/proc/{process.pid}/environ",
+                                                           "rb").read() or mark is None,
+                   5, "the process to exec")
+        return process
+
+    def test_only_the_marked_processes_are_killed(self):
+        mine, other, unmarked = self.start("a1" * 16), self.start("b2" * 16), self.start(None)
+        found = _proctree.kill_marked(RUN_MARK_VARIABLE, ["a1" * 16, "c3" * 16])
+        self.assertEqual(found, {"a1" * 16: [mine.pid]})
+        self.assertEqual(mine.wait(timeout=10), -signal.SIGKILL)
+        self.assertIsNone(other.poll())
+        self.assertIsNone(unmarked.poll())
+        self.assertEqual(_proctree.kill_marked(RUN_MARK_VARIABLE, []), {})
 
 
 class FakeWatch:

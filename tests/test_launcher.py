@@ -15,9 +15,10 @@ from netweir_serve.jobs.interfaces import (
     IJobStore, ILauncher, IPoller, IScheduler, IScheduleStore, ISpiderReader)
 from netweir_serve.jobs import launcher as launcher_module
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
-from netweir_serve.jobs.process import KILL_SIGNAL, job_environment
+from netweir_serve.jobs.process import (
+    KILL_SIGNAL, RUN_MARK_VARIABLE, job_environment, run_mark)
 from netweir_serve.jobs.poller import Poller
-from netweir_serve.jobs.records import StoreError
+from netweir_serve.jobs.records import JobRecord, StoreError
 from netweir_serve.jobs.scheduler import Scheduler
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
@@ -43,7 +44,7 @@ class Rig:
     them, with synchronous shortcuts for the tests (the SQLite store
     answers at once; a poll runs on the next turn, ``advance(0)``)."""
 
-    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None):
+    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None, wall=None):
         self.test = test
         self.dir = os.path.abspath(test.mktemp())
         project_dir = os.path.join(self.dir, "project")
@@ -61,11 +62,11 @@ class Rig:
                                  max_jobs, python="/usr/bin/python3", grace=grace,
                                  environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
                                           "NETWEIR_SERVE_USERNAME": "me"},
-                                 signal_process=self.signals)
+                                 signal_process=self.signals, wall=wall)
         # "removed" is claimed too, as a project taken off since it was queued.
         self.poller = Poller(self.store, self.launcher, self.reactor, NODE,
-                             ["shop", "removed"])
-        self.scheduler = Scheduler(self.store, self.launcher, self.reactor, self.events)
+                             ["shop", "removed"], wall=wall)
+        self.scheduler = Scheduler(self.store, self.launcher, wall or self.reactor, self.events)
         self.events.subscribe(self._ended, kinds=(ENDED,))
         self.events.subscribe(lambda kind, record: self.poller.poll(), kinds=(QUEUED, ENDED))
 
@@ -152,6 +153,9 @@ class LaunchingTests(unittest.TestCase):
         self.assertNotIn("NETWEIR_SERVE_PASSWORD", env)
         self.assertNotIn("NETWEIR_SERVE_USERNAME", env)
         self.assertEqual(env["PYTHONUNBUFFERED"], "1")
+        # The run's mark: in the status file its parent writes, and in the
+        # environment of all it starts (jobs.adoption finds them by it).
+        self.assertEqual(env[RUN_MARK_VARIABLE], run_mark(rig.dir, rig.get("a")))
         self.assertEqual(process.kwargs["path"], os.path.join(rig.dir, "project"))
         self.assertTrue(os.path.exists(files.log))
         rig.exit("a", 0)
@@ -516,6 +520,70 @@ class ClaimTests(unittest.TestCase):
         rig.poller.poll()
         rig.settle()
         self.assertEqual(rig.get("a").state, "running")
+
+    def test_a_claim_made_whose_answer_was_lost_is_found_and_started(self):
+        # The claim's COMMIT reached the table, its answer never came back
+        # (a cut connection): the job is running here, with no process.
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        self.patch(rig.store, "claim_next", lambda *a: claim(*a).addCallback(
+            lambda record: defer.fail(StoreError("the connection was lost"))))
+        rig.schedule("a")
+        self.assertEqual((rig.get("a").state, rig.get("a").pid), ("running", None))
+        self.assertEqual(rig.reactor.processes, [])
+        self.patch(rig.store, "claim_next", claim)
+        rig.reactor.advance(1)
+        rig.poller.poll()
+        rig.settle()
+        record = rig.get("a")
+        self.assertEqual([p.pid for p in rig.reactor.processes], [record.pid])
+        self.assertEqual(rig.launcher.running_ids(), ["a"])
+        # It hears a cancel, as any job it started.
+        self.assertEqual(rig.cancel("a"), "running")
+        self.assertEqual(rig.signals.sent, [(record.pid, signal.SIGTERM, False)])
+
+    def test_a_job_running_here_without_a_pid_is_not_taken_for_a_lost_answer(self):
+        # Claimed by another claim than the one whose answer was lost (an
+        # earlier run of this node, say): the claim's time tells them apart.
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        self.successResultOf(rig.store.add(JobRecord(id="old", project="shop", spider="books",
+                                                     spider_file=rig.spider_file)))
+        self.successResultOf(claim(NODE, ["shop"], 5.0))
+        self.patch(rig.store, "claim_next", lambda *a: defer.fail(StoreError("cut off")))
+        rig.reactor.advance(10)
+        rig.poller.poll()
+        rig.settle()
+        self.patch(rig.store, "claim_next", claim)
+        rig.poller.poll()
+        rig.settle()
+        self.assertEqual((rig.get("old").state, rig.get("old").pid), ("running", None))
+        self.assertEqual(rig.reactor.processes, [])
+
+    def test_a_claim_answered_after_the_stop_puts_its_job_back_in_the_queue(self):
+        # A claim waiting on PostgreSQL as the service stops: cancelling its
+        # Deferred does not stop the table from making it.
+        rig = Rig(self)
+        claim = rig.store.claim_next
+        asked = []
+
+        def waiting(*args):
+            answer = defer.Deferred(lambda d: None)
+            asked.append((answer, args))
+            return answer
+
+        self.patch(rig.store, "claim_next", waiting)
+        rig.schedule("a")
+        [(answer, args)] = asked
+        stopped = []
+        rig.poller.stop().addCallback(stopped.append)
+        made = self.successResultOf(claim(*args))
+        if not answer.called:
+            answer.callback(made)
+        self.assertEqual(stopped, [None])
+        record = rig.get("a")
+        self.assertEqual((record.state, record.node, record.start_time), ("pending", None, None))
+        self.assertEqual(rig.reactor.processes, [])
 
     def test_an_unexpected_error_in_launch_is_contained_to_its_job(self):
         rig = Rig(self, max_jobs=2)

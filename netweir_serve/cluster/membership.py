@@ -43,12 +43,16 @@ class NodeMembership:
     log = Logger()
 
     def __init__(self, store, launcher, poller, timetable, clock, name, url, timeout,
-                 projects=()):
+                 projects=(), wall=None):
         self._store = store
         self._launcher = launcher
         self._poller = poller
         self._timetable = timetable
+        # ``clock`` (the reactor's, monotonic) times the beats and how long
+        # this node has been in touch; ``wall`` gives the time of day the
+        # jobs of a dead node are recorded ended at.
         self._clock = clock
+        self._wall = clock if wall is None else wall
         self.name = name
         self.url = url
         self._timeout = timeout
@@ -103,17 +107,18 @@ class NodeMembership:
     def _beat_once(self):
         try:
             alive = yield self._store.heartbeat(self.name)
-            declared_at = self._clock.seconds()
+            beaten_at = self._clock.seconds()
             if self._in_touch_since is None:
-                self._in_touch_since = declared_at
+                self._in_touch_since = beaten_at
             if not alive:
                 yield self._declared_dead()
-            if declared_at - self._in_touch_since < self._timeout:
+            if beaten_at - self._in_touch_since < self._timeout:
                 # In touch again only lately: if the table itself was away
                 # (a restart of PostgreSQL, its network), every node missed
                 # its beats, and none is dead for it. The others are judged
                 # once they have had a whole timeout to beat again.
                 return
+            declared_at = self._wall.seconds()
             dead = yield self._store.declare_dead(
                 self._timeout, declared_at,
                 f"its node stopped answering for {self._timeout:g} s")

@@ -114,11 +114,26 @@ def _end_the_rest():
                 break
 
 
-def status_json(status, end_time, crawl_pid):
-    """The status file's JSON (files.read_exit_status reads it)."""
+# The mark of this run of the job (process.run_mark), set by the service.
+RUN_MARK_VARIABLE = "NETWEIR_JOB_RUN"
+
+
+def _run_mark():
+    mark = os.environ.get(RUN_MARK_VARIABLE)
+    # Hex, as the service makes it: anything else is not written.
+    if mark and len(mark) <= 64 and all(c in "0123456789abcdef" for c in mark):
+        return mark
+    return None
+
+
+def status_json(status, end_time, crawl_pid, run=None):
+    """The status file's JSON (files.read_exit_status reads it). ``run``,
+    the run's mark, says whose status it is: a later service trusts it even
+    for a job whose pid it never recorded (it died in between)."""
     shown = "null" if status is None else str(int(status))
+    mark = "" if run is None else f', "run": "{run}"'
     return (f'{{"exit_status": {shown}, "end_time": {float(end_time)!r},'
-            f' "crawl_pid": {int(crawl_pid)}}}')
+            f' "crawl_pid": {int(crawl_pid)}{mark}}}')
 
 
 def _write_status(path, status, crawl_pid):
@@ -127,7 +142,7 @@ def _write_status(path, status, crawl_pid):
     try:
         # Not fsynced: a machine that loses power loses the crawl too, and a
         # torn file reads as none (the job is lost), as it would be anyway.
-        os.write(fd, status_json(status, time.time(), crawl_pid).encode("ascii"))
+        os.write(fd, status_json(status, time.time(), crawl_pid, _run_mark()).encode("ascii"))
     finally:
         os.close(fd)
     os.replace(temporary, path)

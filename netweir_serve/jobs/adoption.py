@@ -6,8 +6,14 @@ since the same boot, so a reused pid is never taken for it), the launcher
 adopts it and it runs on. If not, the crawl's parent wrote its exit status
 when the crawl ended, and the job gets the outcome that status gives
 (``cancelled`` if a cancel had been asked) with its end time and last
-stats; only a job with no status at all (the machine went down, or it was
-claimed and never started) is ``lost``.
+stats. The status file carries the mark of the run (process.run_mark), so
+it is read even for a job whose pid the last service died before recording:
+a file of this run is this run's end, and one of an earlier job of the same
+id is not. Only a job with no status of its run at all (the machine went
+down, its parent was killed, or it was claimed and never started) is
+``lost``; and whatever is left of a lost job's processes (its parent killed
+while no service ran, its crawl running on) is ended, found by the run's
+mark in their environment, which every process the job started inherits.
 """
 
 from twisted.internet import defer
@@ -17,35 +23,57 @@ from .. import _proctree
 from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
 from .outcomes import outcome_of
-from .process import KILL_SIGNAL, send_signal
+from .process import KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark, send_signal
 
 log = Logger()
 
 
+def end_leftovers(directory, records, kill_marked=_proctree.kill_marked):
+    """Kills every process left of the runs of ``records`` (jobs recorded
+    ended, whose parent is gone): those whose environment carries a run's
+    mark. Returns the ids of the jobs that had some. A scan of /proc, at
+    start only, when some job was settled."""
+    marks = {run_mark(directory, r): r for r in records
+             if r is not None and r.start_time is not None}
+    ended = []
+    for mark, pids in kill_marked(RUN_MARK_VARIABLE, list(marks)).items():
+        record = marks[mark]
+        log.warn("job {jobid} is recorded ended but {n} of its processes ran on (its parent"
+                 " was killed while no service watched): killed {pids}", jobid=record.id,
+                 n=len(pids), pids=" ".join(map(str, pids)))
+        ended.append(record.id)
+    return ended
+
+
 @defer.inlineCallbacks
-def end_processes_of_lost_jobs(store, node, identify=_proctree.start_time,
-                               signal_process=send_signal):
+def end_processes_of_lost_jobs(store, node, directory, identify=_proctree.start_time,
+                               signal_process=send_signal, kill_marked=_proctree.kill_marked):
     """A node that comes back after the others declared it dead finds its
     running jobs recorded lost: the processes still running for them are
-    ended (their parent kills the crawl and all it started), and nothing
-    more is recorded. Fires with the ids of the jobs whose processes went."""
+    ended (their parent kills the crawl and all it started; without a
+    parent, what is left is found by the run's mark), and nothing more is
+    recorded. Fires with the ids of the jobs whose processes went."""
     ended = []
-    finished = (yield store.jobs())[2]
-    for record in finished:
-        if record.node != node or record.outcome != "lost" or record.pid is None:
+    lost = [r for r in (yield store.jobs())[2] if r.node == node and r.outcome == "lost"]
+    for record in lost:
+        if record.pid is None:
             continue
         if record.proc_start is not None and identify(record.pid) == record.proc_start:
             log.warn("job {jobid} was recorded lost while this node was away; ending its"
                      " processes", jobid=record.id)
             signal_process(record.pid, KILL_SIGNAL, False)
             ended.append(record.id)
+    orphaned = [r for r in lost if r.id not in ended]
+    ended.extend(end_leftovers(directory, orphaned, kill_marked))
     return ended
 
 
 @defer.inlineCallbacks
-def settle_left_running(store, launcher, directory, node, clock, identify=_proctree.start_time):
+def settle_left_running(store, launcher, directory, node, clock, identify=_proctree.start_time,
+                        kill_marked=_proctree.kill_marked):
     """Adopts or ends every job ``store`` shows running on ``node`` (None:
-    on any node). Fires with ``(adopted, ended)`` lists of records."""
+    on any node), and kills what is left of the processes of those it ends.
+    Fires with ``(adopted, ended)`` lists of records."""
     adopted, ended = [], []
     for record in (yield store.running(node)):
         if record.pid is not None and record.proc_start is not None \
@@ -60,13 +88,30 @@ def settle_left_running(store, launcher, directory, node, clock, identify=_proct
         settled = yield _settle(store, directory, record, clock)
         ended.append(settled)
         launcher.settled(settled)
+    if ended:
+        end_leftovers(directory, ended, kill_marked)
     return adopted, ended
+
+
+def _status_of_this_run(directory, record):
+    """The status the parent of this run of ``record`` wrote, or None. A
+    file with the run's mark is this run's, whether or not its pid was
+    recorded; one with another mark is an earlier job's of the same id. A
+    file with no mark (a parent of an older version) is taken as before:
+    only for a job whose process was recorded as started."""
+    written = read_exit_status(files_of(directory, record).status)
+    if written is None:
+        return None
+    run = written.pop("run", None)
+    if run is None:
+        return written if record.pid is not None else None
+    return written if run == run_mark(directory, record) else None
 
 
 def _settle(store, directory, record, clock):
     files = files_of(directory, record)
     stats = read_stats(files.stats) or record.stats
-    written = read_exit_status(files.status) if record.pid is not None else None
+    written = _status_of_this_run(directory, record)
     if written is None:
         reason = ("the service stopped while the job ran, and it left no exit status"
                   if record.pid is not None

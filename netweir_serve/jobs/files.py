@@ -80,7 +80,8 @@ def delete_files(files):
 def read_exit_status(path):
     """What the crawl's parent wrote at the crawl's end: a dict with
     ``exit_status`` (an int, negative for a signal, or None) and
-    ``end_time``; None when there is no whole, well-formed file (the
+    ``end_time``, and ``run`` (the run's mark, jobs.process.run_mark) if
+    it wrote one; None when there is no whole, well-formed file (the
     machine went down, or the parent itself was killed)."""
     try:
         with open(path, "rb") as f:
@@ -95,7 +96,13 @@ def read_exit_status(path):
     if "exit_status" not in status or (code is not None and type(code) is not int) \
             or type(end) not in (int, float) or not 0 <= end < 1e11:
         return None
-    return {"exit_status": code, "end_time": float(end)}
+    written = {"exit_status": code, "end_time": float(end)}
+    run = status.get("run")
+    if run is not None:
+        if type(run) is not str:
+            return None
+        written["run"] = run
+    return written
 
 
 def open_beneath(root, path):

@@ -68,7 +68,7 @@ class StatsHistory:
 
     ``directory`` is the service's DIR; ``running_stats(jobid)`` gives a
     running job's latest stats (``ILauncher.running_stats``); ``clock``
-    gives the time of each point (``IReactorTime``)."""
+    gives the time of day of each point (``seconds()``: the wall clock)."""
 
     log = Logger()
 

@@ -54,6 +54,13 @@ class IJobStore(Interface):
         ``node`` with start time ``now``, in one atomic step: two claimers
         never take the same job. Fires with the record, or None."""
 
+    def release_claim(jobid, node, claimed_at):
+        """Puts a claimed job back in the queue, if it is still as the claim
+        of ``node`` at ``claimed_at`` left it (running there, no process
+        recorded): for a claim answered after its node began to stop, so a
+        stop never loses a pending job. Fires with the pending record, or
+        None when the job is no longer so (nothing changes then)."""
+
     def schedule_jobs(name):
         """(pending, running): how many jobs of schedule ``name`` wait or run."""
 

@@ -24,7 +24,7 @@ from .interfaces import ILauncher
 from .logstats import append_stats
 from .process import (
     CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
-    private_arguments, remove_quietly, send_signal, watch_exit,
+    private_arguments, remove_quietly, run_mark, send_signal, watch_exit,
     write_private_file)
 from .records import FINISHED
 
@@ -70,8 +70,11 @@ class Launcher:
     def __init__(self, reactor, store, events, projects, directory, max_jobs,
                  python=sys.executable, grace=30.0, stats_interval=1.0,
                  environ=None, signal_process=send_signal, watch_process=watch_exit,
-                 identify=_proctree.start_time):
+                 identify=_proctree.start_time, wall=None):
         self._reactor = reactor
+        # The time of day for the ends it records (the reactor's clock,
+        # monotonic, times the grace, the kill and the stats loop).
+        self._wall = reactor if wall is None else wall
         self._store = store
         self._events = events
         self._projects = projects
@@ -195,7 +198,8 @@ class Launcher:
             opened.append(null_fd)
             process = self._reactor.spawnProcess(
                 CrawlProtocol(record.id, self._process_ended), command[0], command,
-                env=job_environment(self._environ), path=workdir,
+                env=job_environment(self._environ, run_mark(self._directory, record)),
+                path=workdir,
                 childFDs={0: null_fd, 1: log_fd, 2: log_fd})
         finally:
             for fd in opened:
@@ -210,7 +214,7 @@ class Launcher:
                 f.write(f"netweir-serve: the job could not start: {reason}\n")
         except OSError:
             pass
-        now = self._reactor.seconds()
+        now = self._wall.seconds()
         self._ending[fold(record.id)] = []
         recorded = self._store.mark_finished(record.id, "failed", now, reason=reason)
         recorded.addErrback(self._end_not_recorded, record.id,
@@ -292,7 +296,7 @@ class Launcher:
         remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
         self._ending[fold(jobid)] = job.ended
         written = read_exit_status(job.files.status)
-        now = self._reactor.seconds()
+        now = self._wall.seconds()
         if written is not None:
             status, end_time = written["exit_status"], written["end_time"]
         else:

@@ -5,8 +5,14 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from ..names import fold
 from .interfaces import IPoller
 from .records import StoreError
+
+# How long (the reactor's seconds) a claim that failed is looked for in the
+# table: its COMMIT may have reached the table with its answer lost, and a
+# lost connection's last statement lands within moments if at all.
+UNSURE_CLAIM_SECONDS = 60.0
 
 
 @implementer(IPoller)
@@ -21,15 +27,25 @@ class Poller:
     one more round, not one each. ``poll`` is called whenever a job is
     queued or a slot frees, so jobs start at once; the timer every
     ``interval`` seconds is only a safety net (a write that failed, a
-    table changed from outside)."""
+    table changed from outside).
+
+    A claim that fails may still have been made: its COMMIT reached the
+    table and the answer was lost with the connection. The job would be
+    running here with no process, deaf to cancel and kill. So the time a
+    failed claim wrote (each claim's own: its token) is kept for a while,
+    and each round first looks for a job running on this node, with no
+    pid, claimed at such a time and unknown to the launcher: that claim was
+    made, and the job is started now."""
 
     log = Logger()
 
     def __init__(self, store, launcher, clock, node, projects, interval=5.0,
-                 max_per_spider=None):
+                 max_per_spider=None, wall=None):
         self._store = store
         self._launcher = launcher
         self._clock = clock
+        # A claim's start time is a time of day (``clock`` times the loop).
+        self._wall = clock if wall is None else wall
         self._node = node
         self._projects = tuple(projects)
         self._interval = interval
@@ -41,6 +57,8 @@ class Poller:
         self._busy = False
         self._again = False
         self._stopped = False
+        # {claim time of a failed claim: when it failed (the clock's)}
+        self._unsure = {}
 
     def poll(self):
         if self._stopped:
@@ -74,22 +92,72 @@ class Poller:
 
     @defer.inlineCallbacks
     def _claim_and_launch(self):
+        if self._unsure:
+            try:
+                yield self._launch_claims_made()
+            except StoreError as e:
+                self.log.warn("could not look for the jobs of claims whose answer was lost:"
+                              " {why}", why=e.message)
+                return
         while not self._stopped and self._launcher.slots_free() > 0:
+            claimed_at = self._wall.seconds()
             try:
                 record = yield self._store.claim_next(
-                    self._node, self._projects, self._clock.seconds(), self._max_per_spider)
+                    self._node, self._projects, claimed_at, self._max_per_spider)
             except StoreError as e:
-                # Nothing was claimed; the next poll (or the timer) tries again.
+                # Most likely nothing was claimed; if it was, the next round
+                # finds it. The next poll (or the timer) tries again.
+                self._unsure[claimed_at] = self._clock.seconds()
                 self.log.warn("could not take the next job: {why}", why=e.message)
                 return
             if record is None:
                 return
-            try:
-                self._launcher.launch(record)
-            except Exception:
-                # launch ends the job itself on any error it expects; this
-                # keeps an unexpected one to that job, not the queue.
-                self.log.failure("job {jobid}: unexpected error launching it", jobid=record.id)
+            if self._stopped:
+                # Answered after the stop began (it waited on PostgreSQL):
+                # the job goes back to the queue, never claimed for nothing.
+                yield self._release(record, claimed_at)
+                return
+            self._launch(record)
+
+    @defer.inlineCallbacks
+    def _release(self, record, claimed_at):
+        try:
+            released = yield self._store.release_claim(record.id, self._node, claimed_at)
+        except StoreError as e:
+            self.log.warn("job {jobid} was claimed as the service stopped and could not be put"
+                          " back in the queue: {why}", jobid=record.id, why=e.message)
+            return
+        if released is not None:
+            self.log.info("job {jobid} was claimed as the service stopped: back in the queue",
+                          jobid=record.id)
+
+    def _launch(self, record):
+        try:
+            self._launcher.launch(record)
+        except Exception:
+            # launch ends the job itself on any error it expects; this
+            # keeps an unexpected one to that job, not the queue.
+            self.log.failure("job {jobid}: unexpected error launching it", jobid=record.id)
+
+    @defer.inlineCallbacks
+    def _launch_claims_made(self):
+        """Starts the jobs that failed claims did claim (see the class)."""
+        now = self._clock.seconds()
+        for claimed_at, failed in list(self._unsure.items()):
+            if now - failed > UNSURE_CLAIM_SECONDS:
+                del self._unsure[claimed_at]
+        if not self._unsure:
+            return
+        running = yield self._store.running(self._node)
+        known = {fold(jobid) for jobid in self._launcher.running_ids()}
+        for record in running:
+            if (record.pid is None and record.start_time in self._unsure
+                    and fold(record.id) not in known and not self._stopped
+                    and self._launcher.slots_free() > 0):
+                del self._unsure[record.start_time]
+                self.log.warn("job {jobid} was claimed here though the claim's answer was"
+                              " lost: starting it now", jobid=record.id)
+                self._launch(record)
 
     def start(self):
         self._stopped = False
@@ -105,9 +173,11 @@ class Poller:
         self._soon = None
         if self._round is None:
             return defer.succeed(None)
+        # A claim waiting for the table is not cancelled: cancelling the
+        # Deferred would not stop PostgreSQL from making it, and the job
+        # would be claimed by a node that starts nothing (lost at its next
+        # start). Its answer is waited for, and a job it took goes back to
+        # the queue (_claim_and_launch).
         waiting = defer.Deferred()
         self._round.addBoth(lambda result: waiting.callback(None) or result)
-        # A claim still waiting for the table is dropped, never made: a job
-        # claimed now would be started only to be cancelled by the stop.
-        self._round.cancel()
         return waiting

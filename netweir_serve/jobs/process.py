@@ -15,6 +15,7 @@ short poll where there is none). The parent writes the crawl's exit status
 beside the job's files, so its end is known either way.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -30,6 +31,11 @@ from . import datapaths
 
 # What the job's environment must never see: the service's credentials.
 SECRET_PREFIX = "NETWEIR_SERVE_"
+
+# The variable that marks every process of one run of a job (see run_mark):
+# inherited by the crawl and whatever it starts, in any session, and
+# written by the crawl's parent into the job's status file.
+RUN_MARK_VARIABLE = "NETWEIR_JOB_RUN"
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -101,9 +107,22 @@ def remove_quietly(path):
         pass
 
 
-def job_environment(environ):
-    env = {k: v for k, v in environ.items() if not k.startswith(SECRET_PREFIX)}
+def run_mark(directory, record):
+    """What marks the processes and the status file of one run of the job
+    ``record`` (claimed: its start_time is the claim's) under ``directory``:
+    another run of a job of the same id, or a job of another service's
+    --dir, never has it. Hex, so the parent writes it into JSON as it is;
+    a hash, so it says nothing of the job to whoever reads an environment."""
+    text = f"{os.path.abspath(directory)}\0{record.id}\0{record.start_time!r}"
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def job_environment(environ, mark=None):
+    env = {k: v for k, v in environ.items()
+           if not k.startswith(SECRET_PREFIX) and k != RUN_MARK_VARIABLE}
     env["PYTHONUNBUFFERED"] = "1"
+    if mark is not None:
+        env[RUN_MARK_VARIABLE] = mark
     return env
 
 

@@ -36,6 +36,13 @@ MAX_SCHEDULE_NAME = MAX_NAME_LENGTH - len("-20260101T000000Z")
 # schedule is tried again this much later rather than at once.
 RETRY_SECONDS = 5.0
 
+# The timer runs on the reactor's clock (monotonic) and due times are times
+# of day: the timer looks at the wall clock at least this often, so a clock
+# stepped forward makes a run late by no more than this (within the minute
+# a run may be late, times.due_now). Stepped back, a wake finds nothing due
+# yet and sets the timer again for the rest.
+WALL_CHECK_SECONDS = 30.0
+
 
 class ScheduleRefused(Refusal):
     """A schedule request that cannot be met; ``message`` says why."""
@@ -73,7 +80,9 @@ class Timetable:
     """The service's recurring schedules.
 
     ``store`` provides IScheduleStore and IJobStore (schedule_jobs, get);
-    ``submitter`` is the JobSubmitter; ``clock`` an IReactorTime;
+    ``submitter`` is the JobSubmitter; ``clock`` an IReactorTime, for the
+    timer; ``wall`` the wall clock (``seconds()``) due times follow (by
+    default ``clock``);
     ``local_zone`` the zone a schedule added without ``tz`` runs in (the
     service's local zone, read once with the options). ``on_change(record)`` is called
     after a schedule is added, changed by a firing, paused, resumed or
@@ -84,10 +93,12 @@ class Timetable:
     log = Logger()
 
     def __init__(self, store, submitter, clock, local_zone="UTC", on_change=None,
-                 on_change_elsewhere=None):
+                 on_change_elsewhere=None, wall=None):
         self._store = store
         self._submitter = submitter
         self._clock = clock
+        self._wall = clock if wall is None else wall
+        self._wake_at = None
         self._local_zone = local_zone
         self._on_change = on_change or (lambda record: None)
         self._on_change_elsewhere = on_change_elsewhere or (lambda record: None)
@@ -112,7 +123,7 @@ class Timetable:
         for record in (yield self._store.schedules()):
             self._remember(record)
         try:
-            now = self._clock.seconds()
+            now = self._wall.seconds()
             # The timer is set only once every schedule has caught up: set
             # earlier (by a firing that ended), it would wake for a schedule
             # not caught up yet and, as a timer allows a minute late, run
@@ -243,18 +254,20 @@ class Timetable:
     def _arm(self):
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
-        self._timer = None
+        self._timer = self._wake_at = None
         if not self._running:
             return
         wakes = [w for w in (self._wake_time(k, r) for k, r in self._schedules.items())
                  if w is not None]
         if wakes:
-            delay = max(0.0, min(wakes) - self._clock.seconds())
-            self._timer = self._clock.callLater(delay, self._wake)
+            now = self._wall.seconds()
+            self._wake_at = max(min(wakes), now)
+            delay = self._wake_at - now
+            self._timer = self._clock.callLater(min(delay, WALL_CHECK_SECONDS), self._wake)
 
     def _wake(self):
         self._timer = None
-        now = self._clock.seconds()
+        now = self._wall.seconds()
         for key, record in list(self._schedules.items()):
             wake = self._wake_time(key, record)
             if wake is not None and wake <= now:
@@ -262,9 +275,10 @@ class Timetable:
         self._arm()
 
     def next_wake(self):
-        """When the timer fires next (epoch seconds), or None: for tests and
-        the benchmark, which check that one timer serves every schedule."""
-        return self._timer.getTime() if self._timer is not None else None
+        """The due time (epoch seconds) the timer waits for, or None: for
+        tests and the benchmark, which check that one timer serves every
+        schedule."""
+        return self._wake_at if self._timer is not None else None
 
     # -- firing ----------------------------------------------------------------
 
@@ -275,7 +289,7 @@ class Timetable:
         def failed(failure):
             if failure.check(defer.CancelledError):
                 return None  # deleted or paused while it fired
-            self._retry_at[key] = self._clock.seconds() + RETRY_SECONDS
+            self._retry_at[key] = self._wall.seconds() + RETRY_SECONDS
             self.log.failure("schedule {name}: its firing failed; trying again in {s:g} s",
                              failure, name=record.name, s=RETRY_SECONDS)
 
@@ -407,13 +421,13 @@ class Timetable:
         checked = yield self._submitter.check(JobRequest(
             project=project.name, spider=request.spider, settings=tuple(request.settings),
             arguments=tuple(request.arguments), priority=request.priority))
-        anchor = float(math.floor(self._clock.seconds()))
+        anchor = float(math.floor(self._wall.seconds()))
         record = yield self._store.add_schedule(ScheduleRecord(
             name=name, project=project.name, spider=checked.spider, kind=rule.kind,
             rule=rule.text, tz=rule.zone_name, overlap=overlap, misfire=misfire,
             settings=tuple(request.settings), arguments=tuple(request.arguments),
             priority=float(request.priority), anchor=anchor, next_due=rule.first_due(anchor),
-            created=self._clock.seconds()))
+            created=self._wall.seconds()))
         self._remember(record)
         self.log.info("schedule {name} added: {project}/{spider} {kind}={rule} ({tz})",
                       name=record.name, project=record.project, spider=record.spider,
@@ -463,7 +477,7 @@ class Timetable:
         rule = self._rules.get(fold(record.name))
         next_due = record.next_due
         if rule is not None:
-            next_due = rule.next_after(self._clock.seconds(), record.anchor)
+            next_due = rule.next_after(self._wall.seconds(), record.anchor)
         updated = yield self._update(record, paused=False, next_due=next_due)
         self._arm()
         self.log.info("schedule {name} resumed", name=record.name)

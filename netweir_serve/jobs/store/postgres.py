@@ -455,6 +455,21 @@ class PostgresJobStore(PostgresScheduleTable):
 
         return self._read(count)
 
+    def release_claim(self, jobid, node, claimed_at):
+        def release(tx):
+            row = tx.one(
+                "UPDATE jobs SET state = %s, node = NULL, start_time = NULL WHERE key = %s"
+                " AND state = %s AND node = %s AND start_time = %s AND pid IS NULL"
+                f" RETURNING {_SELECT}", (PENDING, fold(jobid), RUNNING, node, claimed_at))
+            if row is None:
+                return None
+            record = _record(COLUMNS, row)
+            # Queued again: the other nodes' pollers wake for it.
+            tx.changed(QUEUED, record.id)
+            return record
+
+        return self._write(release)
+
     def mark_started(self, jobid, pid, proc_start=None):
         def started(tx):
             row = tx.one(f"UPDATE jobs SET pid = %s, proc_start = %s WHERE key = %s"

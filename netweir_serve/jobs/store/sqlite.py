@@ -434,6 +434,18 @@ class SQLiteJobStore(ScheduleTable):
 
         return self._read(count)
 
+    def release_claim(self, jobid, node, claimed_at):
+        def release(db):
+            cursor = db.execute(
+                "UPDATE jobs SET state = ?, node = NULL, start_time = NULL WHERE key = ?"
+                " AND state = ? AND node = ? AND start_time = ? AND pid IS NULL",
+                (PENDING, fold(jobid), RUNNING, node, claimed_at))
+            if cursor.rowcount == 0:
+                return None
+            return self._one(db, "key = ?", (fold(jobid),))
+
+        return self._write(release)
+
     def mark_started(self, jobid, pid, proc_start=None):
         def started(db):
             db.execute("UPDATE jobs SET pid = ?, proc_start = ? WHERE key = ? AND state = ?",
