@@ -1,7 +1,12 @@
-"""How a record's fields are written to a table's columns and read back.
+"""The job and schedule tables' columns, declared once for every backend,
+and how a record's fields are written to them and read back.
 
-Each field's column is declared once, as a Column; the statements of a
-backend are derived from those declarations.
+Each field is declared here once (``JOB_FIELDS``, ``SCHEDULE_FIELDS``),
+with the kind of value it holds where backends store that kind
+differently (a flag, a list, pairs, a JSON value); a backend turns the
+declarations into Columns with its own converters for those kinds
+(``columns_of``), and derives its statements from them. Neither backend
+declares a column of its own.
 """
 
 import json
@@ -43,6 +48,61 @@ class Column:
     name: str
     to_db: object = _identity
     from_db: object = _identity
+
+
+# The kinds of value a backend may store in a way of its own. A field of
+# no kind is stored as it is (a string, a number, None).
+PLAIN = "plain"
+FLAG = "flag"      # a bool
+LIST = "list"      # a tuple of strings
+PAIRS = "pairs"    # a tuple of (key, value) pairs, in order
+JSON = "json"      # a JSON value (a dict), or None
+
+
+# Each JobRecord field's column. (``key`` and ``project_key``, the folded
+# id and project, are written beside them for lookups ignoring case.)
+JOB_FIELDS = (
+    ("seq", PLAIN), ("id", PLAIN), ("project", PLAIN), ("spider", PLAIN),
+    ("spider_file", PLAIN), ("settings", PAIRS), ("arguments", PAIRS), ("priority", PLAIN),
+    ("state", PLAIN), ("outcome", PLAIN), ("pid", PLAIN), ("exit_status", PLAIN),
+    ("created", PLAIN), ("start_time", PLAIN), ("end_time", PLAIN), ("stats", JSON),
+    ("cancel_requested", FLAG), ("reason", PLAIN), ("node", PLAIN), ("proc_start", PLAIN),
+    ("schedule", PLAIN), ("locks", LIST),
+)
+
+# Each ScheduleRecord field's column (``key`` and ``project_key`` beside them).
+SCHEDULE_FIELDS = (
+    ("seq", PLAIN), ("name", PLAIN), ("project", PLAIN), ("spider", PLAIN), ("kind", PLAIN),
+    ("rule", PLAIN), ("tz", PLAIN), ("overlap", PLAIN), ("misfire", PLAIN),
+    ("settings", PAIRS), ("arguments", PAIRS), ("priority", PLAIN), ("paused", FLAG),
+    ("anchor", PLAIN), ("next_due", PLAIN), ("last_due", PLAIN), ("last_job", PLAIN),
+    ("runs", PLAIN), ("skipped", PLAIN), ("error", PLAIN), ("created", PLAIN),
+)
+
+# What update_schedule may set; runs and skipped only grow.
+SCHEDULE_SETTABLE = ("paused", "next_due", "last_due", "last_job", "error")
+
+# How each backend stores each kind: (to_db, from_db). Pairs and JSON
+# values are JSON text in both; SQLite has no booleans and no arrays (a
+# flag is an integer, a list JSON text), PostgreSQL has both.
+_COMMON_KINDS = {PLAIN: (_identity, _identity), PAIRS: (dump_pairs, load_pairs),
+                 JSON: (dump_json, load_json)}
+SQLITE_KINDS = {**_COMMON_KINDS, FLAG: (int, bool), LIST: (dump_list, load_list)}
+POSTGRES_KINDS = {**_COMMON_KINDS, FLAG: (bool, bool), LIST: (list, tuple)}
+
+# IJobStore.tally, the same statement on both backends.
+TALLY = "SELECT state, project, node, COUNT(*) FROM jobs GROUP BY state, project, node"
+
+
+def columns_of(fields, kinds):
+    """The Columns of ``fields`` (pairs of name and kind), converted as
+    ``kinds`` (kind: (to_db, from_db)) says for each kind."""
+    return tuple(Column(name, *kinds[kind]) for name, kind in fields)
+
+
+def without(columns, *names):
+    """``columns`` but those named."""
+    return tuple(c for c in columns if c.name not in names)
 
 
 def select_list(columns):

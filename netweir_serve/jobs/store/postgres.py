@@ -33,14 +33,14 @@ from ...names import fold
 from ..interfaces import IClusterStore, IJobStore, IScheduleStore
 from ..records import (
     FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
-from .columns import Column, dump_json, record_of, select_list
+from .columns import (
+    JOB_FIELDS, POSTGRES_KINDS, TALLY, columns_of, dump_json, record_of, select_list, without)
 from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
 from .notices import PROGRESS, PRUNED
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
 from .postgres_schedules import PostgresScheduleTable
-from .sqlite import COLUMNS as SQLITE_COLUMNS, TALLY
 
 log = Logger()
 
@@ -68,17 +68,9 @@ CLAIM_LOCK = 0x6E77_0002
 NODE_LOCK = 0x6E77_0003
 
 
-def _adapted(columns, **types):
-    """``columns`` with the ones named in ``types`` converted as given:
-    the same columns as SQLite's, where PostgreSQL has a type of its own."""
-    return tuple(Column(c.name, *types[c.name]) if c.name in types else c for c in columns)
-
-
-# SQLite's declarations, but for the booleans and the array of locks,
-# which PostgreSQL holds as what they are.
-COLUMNS = _adapted(SQLITE_COLUMNS, cancel_requested=(bool, bool), locks=(list, tuple))
-LISTED = tuple(c for c in COLUMNS if c.name != "stats")
-_INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
+COLUMNS = columns_of(JOB_FIELDS, POSTGRES_KINDS)
+LISTED = without(COLUMNS, "stats")
+_INSERTED = without(COLUMNS, "seq")
 _SELECT = select_list(COLUMNS)
 _SELECT_LISTED = select_list(LISTED)
 

@@ -17,18 +17,15 @@ from twisted.internet import defer
 
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
-from .columns import Column, record_of, select_list, set_clauses
+from .columns import (
+    POSTGRES_KINDS, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, columns_of, record_of, select_list,
+    set_clauses, without)
 from .notices import SCHEDULE
-from .sqlite_schedules import _COLUMNS as SQLITE_COLUMNS
 
-# SQLite's declarations; ``paused`` is a boolean of PostgreSQL's own.
-_COLUMNS = tuple(Column(c.name, bool, bool) if c.name == "paused" else c
-                 for c in SQLITE_COLUMNS)
-_INSERTED = tuple(c for c in _COLUMNS if c.name != "seq")
+_COLUMNS = columns_of(SCHEDULE_FIELDS, POSTGRES_KINDS)
+_INSERTED = without(_COLUMNS, "seq")
 _SELECT = select_list(_COLUMNS)
-# What update_schedule may set; runs and skipped only grow.
-_SETTABLE = {c.name: c for c in _COLUMNS
-             if c.name in ("paused", "next_due", "last_due", "last_job", "error")}
+_SETTABLE = {c.name: c for c in _COLUMNS if c.name in SCHEDULE_SETTABLE}
 
 
 def _schedule(row):

@@ -31,8 +31,7 @@ from ..interfaces import IJobStore, IScheduleStore
 from ..records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
 from ..policies import RunningSet
 from .columns import (
-    Column, dump_json, dump_list, dump_pairs, load_json, load_list, load_pairs, record_of,
-    select_list)
+    JOB_FIELDS, SQLITE_KINDS, TALLY, columns_of, dump_json, record_of, select_list, without)
 from .migrations import migrate_sqlite
 from .sqlite_runner import Inline
 from .sqlite_schedules import ScheduleTable
@@ -54,22 +53,9 @@ WRITE_PATIENCE = 60.0
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-# Each record field's column, declared once: the statements below are
-# derived from this. (``key`` and ``project_key``, the folded id and
-# project, are written beside them for lookups ignoring case.)
-COLUMNS = (
-    Column("seq"), Column("id"), Column("project"), Column("spider"), Column("spider_file"),
-    Column("settings", dump_pairs, load_pairs), Column("arguments", dump_pairs, load_pairs),
-    Column("priority"), Column("state"), Column("outcome"), Column("pid"),
-    Column("exit_status"), Column("created"), Column("start_time"), Column("end_time"),
-    Column("stats", dump_json, load_json), Column("cancel_requested", int, bool),
-    Column("reason"), Column("node"), Column("proc_start"), Column("schedule"),
-    Column("locks", dump_list, load_list),
-)
+COLUMNS = columns_of(JOB_FIELDS, SQLITE_KINDS)
 # Listings never show stats, the one large column: they neither read nor decode it.
-LISTED = tuple(c for c in COLUMNS if c.name != "stats")
-# IJobStore.tally, the same statement on both backends.
-TALLY = "SELECT state, project, node, COUNT(*) FROM jobs GROUP BY state, project, node"
+LISTED = without(COLUMNS, "stats")
 
 # What the run policies ask of a pending job (jobs.policies), for a claim.
 _LEADER = tuple(c for c in COLUMNS
@@ -78,7 +64,7 @@ _LEADER = tuple(c for c in COLUMNS
 # The finished jobs --keep counts: all of them, or (given a node) that
 # node's own and those no node ran, as the PostgreSQL store counts them.
 _PRUNED = "(:node IS NULL OR node = :node OR node IS NULL)"
-_INSERTED = tuple(c for c in COLUMNS if c.name != "seq")
+_INSERTED = without(COLUMNS, "seq")
 
 
 def _select(columns):

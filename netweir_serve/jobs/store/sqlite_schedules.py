@@ -10,22 +10,14 @@ from twisted.internet import defer
 
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
-from .columns import Column, dump_pairs, load_pairs, record_of, select_list, set_clauses
+from .columns import (
+    SCHEDULE_FIELDS, SCHEDULE_SETTABLE, SQLITE_KINDS, columns_of, record_of, select_list, set_clauses, without)
 
 
-_COLUMNS = (
-    Column("seq"), Column("name"), Column("project"), Column("spider"), Column("kind"),
-    Column("rule"), Column("tz"), Column("overlap"), Column("misfire"),
-    Column("settings", dump_pairs, load_pairs), Column("arguments", dump_pairs, load_pairs),
-    Column("priority"), Column("paused", int, bool), Column("anchor"), Column("next_due"),
-    Column("last_due"), Column("last_job"), Column("runs"), Column("skipped"),
-    Column("error"), Column("created"),
-)
-_INSERTED = tuple(c for c in _COLUMNS if c.name != "seq")
+_COLUMNS = columns_of(SCHEDULE_FIELDS, SQLITE_KINDS)
+_INSERTED = without(_COLUMNS, "seq")
 _SELECT = select_list(_COLUMNS)
-# What update_schedule may set; runs and skipped only grow.
-_SETTABLE = {c.name: c for c in _COLUMNS
-             if c.name in ("paused", "next_due", "last_due", "last_job", "error")}
+_SETTABLE = {c.name: c for c in _COLUMNS if c.name in SCHEDULE_SETTABLE}
 
 
 def _schedule(row):
