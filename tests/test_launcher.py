@@ -9,7 +9,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 from zope.interface.verify import verifyClass
 
-from netweir_serve.jobs.events import ENDED, QUEUED, JobEvents
+from netweir_serve.jobs.events import CHANGED, ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.files import job_files
 from netweir_serve.jobs.interfaces import (
     IJobStore, ILauncher, IPoller, IScheduler, IScheduleStore, ISpiderReader)
@@ -457,6 +457,47 @@ class RecordingFailureTests(unittest.TestCase):
         rig.exit("a", 0)
         self.patch(rig.store, "mark_finished", real)
         self.assertEqual(rig.get("b").state, "running")
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+
+    def test_an_end_recorded_first_elsewhere_stands_and_is_not_announced_again(self):
+        # Another node declared this one dead while it was cut off from the
+        # table, and recorded its job lost (and announced it).
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("a")
+        rig.schedule("b")
+        self.successResultOf(rig.store.mark_finished("a", "lost", 5.0, reason="declared dead"))
+        changed = []
+        rig.events.subscribe(lambda kind, record: changed.append(record), kinds=(CHANGED,))
+        # makeService polls when a change says a job finished.
+        rig.events.subscribe(lambda kind, record: rig.poller.poll(), kinds=(CHANGED,))
+        stopped = []
+        rig.exit("a", 0)
+        found = rig.get("a")
+        self.assertEqual((found.outcome, found.end_time, found.exit_status),
+                         ("lost", 5.0, None))
+        self.assertEqual(rig.ended, [], "the end was announced a second time")
+        # What is said is the slot it freed: the next job starts.
+        self.assertEqual([(r.id, r.outcome) for r in changed if r.id == "a"], [("a", "lost")])
+        self.assertEqual(rig.get("b").state, "running")
+        rig.launcher.stop().addCallback(stopped.append)
+        rig.exit("b", 130)
+        self.assertEqual(stopped, [None])
+
+    def test_an_end_recorded_late_after_another_was_recorded_is_dropped(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("a")
+        real = rig.store.mark_finished
+        self.patch(rig.store, "mark_finished",
+                   lambda *a, **k: defer.fail(StoreError("disk I/O error")))
+        rig.exit("a", 0)
+        self.patch(rig.store, "mark_finished", real)
+        self.assertEqual([r.id for r in rig.ended], ["a"])
+        self.successResultOf(rig.store.mark_finished("a", "lost", 5.0))
+        changed = []
+        rig.events.subscribe(lambda kind, record: changed.append(record), kinds=(CHANGED,))
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual((rig.get("a").outcome, changed), ("lost", []))
+        self.assertEqual([r.id for r in rig.ended], ["a"])
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
 
     def test_the_service_hears_of_the_end_before_the_stop_fires(self):

@@ -280,6 +280,50 @@ class JobStoreContract:
         self.assertEqual(self.store.version, version)
 
     @defer.inlineCallbacks
+    def test_the_first_end_stands_and_a_second_says_it_changed_nothing(self):
+        yield self.store.add(record("a"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.mark_started("a", 7)
+        first = yield self.store.mark_finished("a", "finished", 5.0, exit_status=0,
+                                               stats={"items": 3})
+        self.assertEqual((first.state, first.outcome), ("finished", "finished"))
+        version = self.store.version
+        for outcome in ("lost", "finished"):
+            again = yield self.store.mark_finished("A", outcome, 9.0, exit_status=1,
+                                                   stats={"items": 9}, reason="late")
+            self.assertIsNone(again, "a second end must say it changed nothing")
+        found = yield self.store.get("a")
+        self.assertEqual((found.outcome, found.end_time, found.exit_status, found.stats,
+                          found.reason), ("finished", 5.0, 0, {"items": 3}, None))
+        self.assertEqual(self.store.version, version, "a second end moved the version")
+
+    @defer.inlineCallbacks
+    def test_an_end_recorded_after_another_store_ended_the_job_leaves_the_first(self):
+        # A node cut off from the table records its crawl's end once it is
+        # back; another had ended the job (lost) meanwhile.
+        other = yield self.open(self.make_second_store)
+        yield self.store.add(record("one"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        lost = yield other.mark_finished("one", "lost", 5.0, reason="its node went silent")
+        self.assertEqual(lost.outcome, "lost")
+        yield self.versions_agree(self.store, other)
+        version = self.store.version
+        late = yield self.store.mark_finished("one", "finished", 4.0, exit_status=0)
+        self.assertIsNone(late)
+        found = yield other.get("one")
+        self.assertEqual((found.outcome, found.end_time, found.exit_status, found.reason),
+                         ("lost", 5.0, None, "its node went silent"))
+        self.assertEqual(self.store.version, version)
+
+    @defer.inlineCallbacks
+    def test_ending_an_unknown_job_changes_nothing(self):
+        version = self.store.version
+        self.assertIsNone((yield self.store.mark_finished("nosuch", "finished", 1.0)))
+        self.assertEqual(self.store.version, version)
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 0, "running": 0, "finished": 0})
+
+    @defer.inlineCallbacks
     def test_a_cancel_request_is_recorded(self):
         yield self.store.add(record("a"))
         yield self.store.claim_next(NODE_A, ["shop"], 1.0)

@@ -86,6 +86,10 @@ def settle_left_running(store, launcher, directory, node, clock, identify=_proct
                 adopted.append(record)
                 continue
         settled = yield _settle(store, directory, record, clock)
+        if settled is None:
+            # Ended meanwhile by another node (IJobStore.mark_finished: the
+            # first end stands), which announced it.
+            continue
         ended.append(settled)
         launcher.settled(settled)
     if ended:

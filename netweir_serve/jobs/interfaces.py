@@ -73,7 +73,13 @@ class IJobStore(Interface):
 
     def mark_finished(jobid, outcome, end_time, exit_status=None, stats=None, reason=None):
         """Records how the job ended (outcome finished/failed/cancelled/lost).
-        Fires with the record."""
+        Fires with the ended record.
+
+        The first end recorded stands: when the job has ended already (say
+        another node declared it lost while this one was cut off from the
+        table), or is unknown, nothing changes, no notice is sent, and the
+        Deferred fires with None. A caller told None must not announce the
+        end: it was announced where it was recorded."""
 
     def cancel_pending(jobid, end_time):
         """Ends the job as cancelled if it is still pending, atomically (a

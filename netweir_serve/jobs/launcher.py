@@ -32,6 +32,9 @@ from .records import FINISHED
 # full disk): until it is recorded the job is listed as running and keeps
 # its locks, so the jobs that share its checkpoint would wait for it.
 END_RETRY_DELAY = 2.0
+# What an end that could not be recorded (yet) gives its waiters' chain:
+# the end is announced all the same, as the launcher knows it.
+_UNRECORDED = object()
 
 # Seconds the crawl's parent has to end everything once told to kill it;
 # past them its whole process group is killed from here.
@@ -332,7 +335,8 @@ class Launcher:
     def _end_not_recorded(self, failure, jobid, end):
         self.log.failure("job {jobid}: could not record how it ended", failure, jobid=jobid)
         self._record_end_later(jobid, end)
-        return None
+        # Every waiter hears of the end all the same.
+        return _UNRECORDED
 
     def _record_end_later(self, jobid, end):
         if not self._stopping:
@@ -342,9 +346,16 @@ class Launcher:
         if self._stopping:
             return
         recorded = self._store.mark_finished(jobid, **end)
-        recorded.addCallbacks(self._end_recorded_late, lambda _: self._record_end_later(jobid, end))
+        recorded.addCallbacks(self._end_recorded_late, lambda _: self._record_end_later(jobid, end),
+                              callbackArgs=(jobid,))
 
-    def _end_recorded_late(self, record):
+    def _end_recorded_late(self, record, jobid):
+        if record is None:
+            # Another node recorded an end first (declared it lost): that
+            # one stands, and this one is dropped.
+            self.log.warn("job {jobid}: its end was recorded elsewhere meanwhile; this"
+                          " node's is dropped", jobid=jobid)
+            return
         self.log.info("job {jobid}: its end is recorded now", jobid=record.id)
         # Its locks are free only now: the jobs that waited for them may start.
         self._events.publish(CHANGED, record)
@@ -353,9 +364,26 @@ class Launcher:
         # The service hears of it before whoever waits for the job
         # (stopping closes the store).
         waiters = self._ending.pop(fold(known.id))
-        self._events.publish(ENDED, record if record is not None else known)
+        if record is None:
+            self._end_stood(known)
+        else:
+            self._events.publish(ENDED, known if record is _UNRECORDED else record)
         for d in waiters:
-            d.callback(record)
+            d.callback(None if record is _UNRECORDED else record)
+
+    def _end_stood(self, known):
+        # The first end recorded stands (IJobStore.mark_finished): another
+        # node ended the job (lost) while this one was cut off from the
+        # table, and announced it. This end is dropped, not announced
+        # again; what is said is that the slot it held is free.
+        self.log.warn("job {jobid} ended here ({outcome}), but its end was recorded"
+                      " elsewhere first; that one stands", jobid=known.id,
+                      outcome=known.outcome)
+        stored = self._store.get(known.id)
+        stored.addCallback(lambda record: self._events.publish(CHANGED, record)
+                           if record is not None else None)
+        stored.addErrback(lambda f: self.log.failure(
+            "job {jobid}: could not read the end recorded first", f, jobid=known.id))
 
     # -- stopping --------------------------------------------------------------
 

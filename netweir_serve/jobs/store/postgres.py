@@ -481,17 +481,12 @@ class PostgresJobStore(PostgresScheduleTable):
             return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
 
         def finished(tx):
-            # The first end recorded stands: a node cut off from the table
-            # that records the end of a job the others declared lost
-            # meanwhile leaves it lost, its end recorded once.
-            row = tx.one(
+            # The first end recorded stands (IJobStore.mark_finished).
+            return _ended(tx, tx.one(
                 f"UPDATE jobs SET state = %s, outcome = %s, end_time = %s, exit_status = %s,"
                 f" stats = %s, reason = %s WHERE key = %s AND state != %s RETURNING {_SELECT}",
                 (FINISHED, outcome, end_time, exit_status, dump_json(stats), reason,
-                 fold(jobid), FINISHED))
-            if row is None:
-                return _one(tx, "key = %s", (fold(jobid),))
-            return _ended(tx, row)
+                 fold(jobid), FINISHED)))
 
         return self._write(finished)
 

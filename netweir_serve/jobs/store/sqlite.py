@@ -446,11 +446,14 @@ class SQLiteJobStore(ScheduleTable):
             return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
 
         def finished(db):
-            db.execute(
+            # The first end recorded stands (IJobStore.mark_finished).
+            cursor = db.execute(
                 "UPDATE jobs SET state = ?, outcome = ?, end_time = ?, exit_status = ?,"
-                " stats = ?, reason = ? WHERE key = ?",
+                " stats = ?, reason = ? WHERE key = ? AND state != ?",
                 (FINISHED, outcome, end_time, exit_status, dump_json(stats), reason,
-                 fold(jobid)))
+                 fold(jobid), FINISHED))
+            if cursor.rowcount == 0:
+                return None
             return self._one(db, "key = ?", (fold(jobid),))
 
         return self._write(finished)
