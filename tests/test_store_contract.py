@@ -20,10 +20,11 @@ from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
-from netweir_serve.jobs.interfaces import IJobStore
+from netweir_serve.jobs.interfaces import IJobStore, IScheduleStore
 from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
 from netweir_serve.jobs.store import open_store
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.schedules.records import DuplicateSchedule, ScheduleRecord
 
 NODE_A, NODE_B = "node-a", "node-b"
 
@@ -673,7 +674,108 @@ class JobStoreContract:
         self.assertEqual((yield other.get("b")).state, "pending")
 
 
-class SQLiteJobStoreContractTests(JobStoreContract, unittest.TestCase):
+def schedule(name="tick", project="shop", next_due=10.0, **fields):
+    return ScheduleRecord(name=name, project=project, spider="books", kind="every",
+                          rule="2s", tz="UTC", next_due=next_due, anchor=8.0,
+                          settings=(("max_items", "5"),), arguments=(("a", "1"),), **fields)
+
+
+class ScheduleStoreContract:
+    """The behaviour of IScheduleStore, on the stores JobStoreContract opens."""
+
+    def test_provides_the_schedule_interface(self):
+        self.assertTrue(verifyObject(IScheduleStore, self.store))
+
+    @defer.inlineCallbacks
+    def test_schedules_are_added_read_listed_and_deleted_ignoring_case(self):
+        added = yield self.store.add_schedule(schedule("Tick", project="Shop", paused=False))
+        yield self.store.add_schedule(schedule("other", project="news"))
+        self.assertIsNotNone(added.seq)
+        found = yield self.store.get_schedule("TICK")
+        self.assertEqual(found, added)
+        self.assertEqual((found.name, found.project, found.settings, found.arguments,
+                          found.paused, found.next_due, found.runs),
+                         ("Tick", "Shop", (("max_items", "5"),), (("a", "1"),), False, 10.0, 0))
+        self.assertEqual([r.name for r in (yield self.store.schedules())], ["Tick", "other"])
+        self.assertEqual([r.name for r in (yield self.store.schedules("SHOP"))], ["Tick"])
+        yield self.assertFailure(self.store.add_schedule(schedule("tick")), DuplicateSchedule)
+        self.assertEqual((yield self.store.delete_schedule("tick")), found)
+        self.assertIsNone((yield self.store.delete_schedule("tick")))
+        self.assertIsNone((yield self.store.get_schedule("tick")))
+
+    @defer.inlineCallbacks
+    def test_an_update_sets_fields_adds_counts_and_keeps_to_its_seq(self):
+        old = yield self.store.add_schedule(schedule())
+        updated = yield self.store.update_schedule("TICK", seq=old.seq, paused=True,
+                                                   error="no spider", skipped_added=2)
+        self.assertEqual((updated.paused, updated.error, updated.skipped, updated.runs),
+                         (True, "no spider", 2, 0))
+        yield self.assertFailure(self.store.update_schedule("tick", runs=5), TypeError)
+        yield self.store.delete_schedule("tick")
+        new = yield self.store.add_schedule(schedule())
+        # A firing of the deleted one must not write into the new one.
+        self.assertIsNone((yield self.store.update_schedule("tick", seq=old.seq, runs_added=1)))
+        self.assertEqual((yield self.store.get_schedule("tick")), new)
+
+    @defer.inlineCallbacks
+    def test_a_job_is_counted_once_however_often_it_is_recorded(self):
+        added = yield self.store.add_schedule(schedule())
+        for _ in range(3):
+            yield self.store.update_schedule("tick", seq=added.seq, last_job="tick-10",
+                                             error=None, runs_added=1)
+        found = yield self.store.get_schedule("tick")
+        self.assertEqual((found.runs, found.last_job), (1, "tick-10"))
+        yield self.store.update_schedule("tick", last_job="tick-12", runs_added=1)
+        yield self.store.update_schedule("tick", runs_added=1)
+        self.assertEqual((yield self.store.get_schedule("tick")).runs, 3)
+
+    @defer.inlineCallbacks
+    def test_a_due_time_is_claimed_once(self):
+        added = yield self.store.add_schedule(schedule())
+        won = yield self.store.claim_firing("TICK", added.seq, 10.0, 12.0, due=10.0)
+        self.assertEqual((won.next_due, won.last_due, won.runs), (12.0, 10.0, 0))
+        version = self.store.version
+        # Decided from the same row again (another node's timer): lost.
+        self.assertIsNone((yield self.store.claim_firing("tick", added.seq, 10.0, 12.0, 10.0)))
+        # An earlier due time, or the same one again, never: even from the new row.
+        self.assertIsNone((yield self.store.claim_firing("tick", added.seq, 12.0, 14.0, 10.0)))
+        self.assertEqual(self.store.version, version)
+        self.assertEqual((yield self.store.get_schedule("tick")), won)
+        # The next one is there to take; a next due time alone (a missed run
+        # skipped) too.
+        later = yield self.store.claim_firing("tick", added.seq, 12.0, 14.0, 12.0)
+        self.assertEqual((later.next_due, later.last_due), (14.0, 12.0))
+        moved = yield self.store.claim_firing("tick", added.seq, 14.0, 20.0)
+        self.assertEqual((moved.next_due, moved.last_due), (20.0, 12.0))
+
+    @defer.inlineCallbacks
+    def test_no_firing_of_a_paused_deleted_or_replaced_schedule(self):
+        added = yield self.store.add_schedule(schedule())
+        yield self.store.update_schedule("tick", paused=True)
+        self.assertIsNone((yield self.store.claim_firing("tick", added.seq, 10.0, 12.0, 10.0)))
+        yield self.store.delete_schedule("tick")
+        self.assertIsNone((yield self.store.claim_firing("tick", added.seq, 10.0, 12.0, 10.0)))
+        again = yield self.store.add_schedule(schedule())
+        self.assertIsNone((yield self.store.claim_firing("tick", added.seq, 10.0, 12.0, 10.0)))
+        self.assertIsNotNone((yield self.store.claim_firing("tick", again.seq, 10.0, 12.0,
+                                                            10.0)))
+
+    @defer.inlineCallbacks
+    def test_stores_claiming_one_due_time_at_once_one_takes_it(self):
+        others = []
+        for _ in range(2):
+            others.append((yield self.open(self.make_second_store)))
+        stores = [self.store] + others
+        added = yield self.store.add_schedule(schedule())
+        for due in (10.0, 12.0, 14.0):
+            won = yield defer.gatherResults([
+                s.claim_firing("tick", added.seq, due, due + 2, due) for s in stores * 2])
+            self.assertEqual(len([r for r in won if r is not None]), 1, won)
+        found = yield others[1].get_schedule("tick")
+        self.assertEqual((found.next_due, found.last_due), (16.0, 14.0))
+
+
+class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, unittest.TestCase):
     """The contract on a temporary SQLite file, timed by a Clock, each
     statement run at once (the Inline runner unit tests use)."""
 
@@ -689,7 +791,7 @@ class SQLiteJobStoreContractTests(JobStoreContract, unittest.TestCase):
         return SQLiteJobStore(self.path, self.clock)
 
 
-class SQLiteThreadContractTests(JobStoreContract, unittest.TestCase):
+class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, unittest.TestCase):
     """The contract on a temporary SQLite file as the service opens it:
     each store's statements on a thread of its own, the results delivered
     on the running reactor, which also times the retries of locked writes
@@ -786,7 +888,8 @@ class SQLiteConcurrentClaimTests(unittest.TestCase):
                          {**{j: NODE_A for j in taken[0]}, **{j: NODE_B for j in taken[1]}})
 
 
-class PostgresJobStoreContractTests(JobStoreContract, unittest.TestCase):
+class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract,
+                                    unittest.TestCase):
     """The contract on a real PostgreSQL server (tests/pg.py), each test in
     a schema of its own, migrated from nothing; the second store has a
     pool, a LISTEN connection and an origin of its own, as another node's."""

@@ -469,6 +469,49 @@ class DuplicateGuardTests(unittest.TestCase):
         self.failureResultOf(store.add(record), DuplicateJob)
 
 
+class CountingSubmitter(FakeSubmitter):
+    """Counts the jobs it was asked to submit (each checks the spider)."""
+
+    def __init__(self, store, clock):
+        super().__init__(store, clock)
+        self.submitted = []
+
+    def submit(self, request):
+        self.submitted.append(request.jobid)
+        return super().submit(request)
+
+
+class OneFiringPerDueTimeTests(unittest.TestCase):
+    """Timetables of several nodes on one table: every one wakes for a due
+    time, one takes it, and only that one checks the spider."""
+
+    def test_three_timetables_fire_each_due_time_once(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="t", every="1m", overlap="allow")
+        nodes = []
+        for _ in range(3):
+            submitter = CountingSubmitter(rig.store, rig.clock)
+            nodes.append((Timetable(rig.store, submitter, rig.clock), submitter))
+            self.successResultOf(nodes[-1][0].start())
+        rig.timetable.stop()
+        # Each check takes a moment, as a reader process's would.
+        for _, submitter in nodes:
+            submitter.delay = 1
+        for _ in range(5):
+            rig.clock.advance(30)
+        checked = [jobid for _, submitter in nodes for jobid in submitter.submitted]
+        self.assertEqual(sorted(checked), [f"t-19700101T00{m:02d}00Z" for m in (1, 2)])
+        self.assertEqual(rig.job_ids(), sorted(checked))
+        record = rig.schedule("t")
+        self.assertEqual((record.runs, record.last_due, record.next_due),
+                         (2, 120.0, 180.0))
+        # Whoever lost goes on from the row the winner wrote.
+        for timetable, _ in nodes:
+            self.assertEqual(timetable.next_wake(), 180.0)
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+
 class ElsewhereTests(unittest.TestCase):
     """Two timetables on one SQLite table, as two nodes on one shared
     table: what ``reload`` finds another one changed."""

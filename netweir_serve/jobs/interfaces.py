@@ -122,7 +122,13 @@ class IJobStore(Interface):
 class IScheduleStore(Interface):
     """The recurring schedules, beside the jobs (a ScheduleRecord each).
     Names compare ignoring case; every method returns a Deferred, and every
-    change moves the job store's ``version`` on."""
+    change moves the job store's ``version`` on.
+
+    A due time is fired once, however many timetables (nodes) share the
+    table: a firing first takes its due time with ``claim_firing``, one
+    guarded write, and only the one that won checks the spider, queues the
+    job and counts it (``update_schedule``). A job is counted once: a
+    ``last_job`` recorded again adds nothing to ``runs``."""
 
     def add_schedule(record):
         """Adds a schedule; fails with DuplicateSchedule. Fires with the record."""
@@ -133,12 +139,23 @@ class IScheduleStore(Interface):
     def schedules(project=None):
         """Every schedule, or those of one project (any case), oldest first."""
 
+    def claim_firing(name, seq, seen_next_due, next_due, due=None):
+        """Takes the firing of schedule ``name`` (``seq``: not a later one
+        of the name) that was decided from its record with ``next_due``
+        ``seen_next_due``: sets ``next_due``, and ``last_due`` to ``due``
+        when given, in one write made only if the schedule is not paused,
+        its ``next_due`` is still ``seen_next_due`` and ``due`` is later
+        than its ``last_due``. Fires with the new record when this caller
+        took it (it alone fires ``due``), or None when another firing (a
+        node's) took it first or the schedule changed meanwhile."""
+
     def update_schedule(name, seq=None, runs_added=0, skipped_added=0, **changes):
         """Sets the fields ``changes`` names (paused, next_due, last_due,
         last_job, error) and adds ``runs_added`` and ``skipped_added`` to the
         counts, of the schedule ``name`` (and, given, ``seq``: not a later
-        one of the same name). Fires with the new record, or None if there
-        is none."""
+        one of the same name); with ``last_job`` the same as the stored one,
+        ``runs_added`` adds nothing (that job was counted). Fires with the
+        new record, or None if there is none."""
 
     def delete_schedule(name):
         """Forgets the schedule; fires with the record it had, or None."""

@@ -10,7 +10,10 @@ it may have changed), with the id ``NAME-YYYYMMDDTHHMMSSZ`` of its due time,
 so that whatever happens twice (a restart, a retried write, another node)
 the store's duplicate check lets one job through. Every firing is written
 to the schedule's row before the next one is considered, so counts and the
-next due time survive a restart or a ``kill -9``.
+next due time survive a restart or a ``kill -9``. A firing takes its due
+time before anything else (IScheduleStore.claim_firing): on a cluster,
+where every node's timer wakes for it, only the node that took it checks
+the spider and queues the job.
 """
 
 import math
@@ -149,19 +152,25 @@ class Timetable:
 
     @defer.inlineCallbacks
     def _count_unrecorded_job(self, record):
-        # A service killed between queueing a firing's job and writing the
-        # schedule's row left the job of ``next_due`` uncounted: count it,
-        # and take that due time as fired.
-        if record.next_due is None or record.last_due == record.next_due:
+        # A service killed between queueing a firing's job and counting it
+        # left the job of ``last_due`` (the due time its firing took)
+        # uncounted: count it. (A table written before firings took their
+        # due time first shows such a job as that of ``next_due``, not
+        # taken: take that due time as fired too.)
+        for due in (record.last_due, record.next_due):
+            if due is None:
+                continue
+            jobid = times.job_id_for(record.name, due)
+            if record.last_job == jobid or (yield self._store.get(jobid)) is None:
+                continue
+            if due != record.last_due:
+                rule = self._rules.get(fold(record.name))
+                upcoming = rule.next_after(due, record.anchor) if rule is not None else due
+                record = yield self._store.claim_firing(record.name, record.seq, due,
+                                                        upcoming, due)
+            if record is not None:
+                yield self._update(record, last_job=jobid, error=None, runs_added=1)
             return
-        jobid = times.job_id_for(record.name, record.next_due)
-        if record.last_job == jobid or (yield self._store.get(jobid)) is None:
-            return
-        rule = self._rules.get(fold(record.name))
-        upcoming = (rule.next_after(record.next_due, record.anchor) if rule is not None
-                    else record.next_due)
-        yield self._update(record, last_due=record.next_due, last_job=jobid, error=None,
-                           next_due=upcoming, runs_added=1)
 
     def reload(self):
         """Reads the schedules again (another node added, changed or deleted
@@ -318,12 +327,31 @@ class Timetable:
         rule = self._rules[fold(record.name)]
         due, next_due = decide(rule, record.anchor, record.next_due, record.last_due, now,
                                record.misfire)
-        if due is None:
-            if next_due != record.next_due:
-                yield self._update(record, next_due=next_due)
+        if due is None and next_due == record.next_due:
             return
-        changes = yield self._queue(record, due)
-        yield self._update(record, next_due=next_due, last_due=due, **changes)
+        # The due time is taken first, in one guarded write: of the nodes
+        # whose timers woke for it, only the one that took it checks the
+        # spider and queues the job (IScheduleStore.claim_firing).
+        claimed = yield self._store.claim_firing(record.name, record.seq, record.next_due,
+                                                 next_due, due)
+        if claimed is None:
+            yield self._taken_elsewhere(record)
+            return
+        changes = {} if due is None else (yield self._queue(claimed, due))
+        if changes:
+            yield self._update(claimed, **changes)
+        else:
+            self._keep(claimed)
+
+    @defer.inlineCallbacks
+    def _taken_elsewhere(self, record):
+        # Another node fired it (or it changed meanwhile): go on from the
+        # row as it is now, as a reload would.
+        current = yield self._store.get_schedule(record.name)
+        if current is not None and self._schedules.get(fold(record.name)) not in (None, current) \
+                and current.seq == record.seq:
+            self._remember(current)
+            self._on_change_elsewhere(current)
 
     @defer.inlineCallbacks
     def _queue(self, record, due):
@@ -367,12 +395,16 @@ class Timetable:
         # Only this schedule's row: a firing of one deleted meanwhile must
         # not write into a new schedule given its name.
         updated = yield self._store.update_schedule(record.name, seq=record.seq, **changes)
-        key = fold(record.name)
-        current = self._schedules.get(key)
-        if updated is not None and current is not None and current.seq == updated.seq:
-            self._schedules[key] = updated
-            self._on_change(updated)
+        self._keep(updated)
         return updated
+
+    def _keep(self, updated):
+        """Takes ``updated``, written here, as the schedule's record, and
+        says so, unless the schedule was deleted or replaced meanwhile."""
+        current = self._schedules.get(fold(updated.name)) if updated is not None else None
+        if current is not None and current.seq == updated.seq:
+            self._schedules[fold(updated.name)] = updated
+            self._on_change(updated)
 
     # -- the use cases -----------------------------------------------------------
 

@@ -90,6 +90,15 @@ _COMMON_KINDS = {PLAIN: (_identity, _identity), PAIRS: (dump_pairs, load_pairs),
 SQLITE_KINDS = {**_COMMON_KINDS, FLAG: (int, bool), LIST: (dump_list, load_list)}
 POSTGRES_KINDS = {**_COMMON_KINDS, FLAG: (bool, bool), LIST: (list, tuple)}
 
+# IScheduleStore.claim_firing, the same statement on both backends (the
+# placeholders psycopg's; SQLite's are made from them): the one guarded
+# write that takes a schedule's firing.
+CLAIM_FIRING = (
+    "UPDATE schedules SET next_due = %(next)s, last_due = COALESCE(%(due)s, last_due)"
+    " WHERE key = %(key)s AND seq = %(seq)s AND NOT paused AND next_due = %(seen)s"
+    " AND (last_due IS NULL OR CAST(%(due)s AS DOUBLE PRECISION) IS NULL"
+    " OR last_due < %(due)s)")
+
 # IJobStore.tally, the same statement on both backends.
 TALLY = "SELECT state, project, node, COUNT(*) FROM jobs GROUP BY state, project, node"
 
@@ -112,6 +121,20 @@ def select_list(columns):
 def record_of(kind, columns, row):
     """A ``kind`` record from ``row``, read as ``columns``."""
     return kind(**{c.name: c.from_db(value) for c, value in zip(columns, row)})
+
+
+def counting(changes, runs_added, skipped_added, placeholder, same):
+    """update_schedule's clauses that add to ``runs`` and ``skipped``,
+    and their values: with a ``last_job`` in ``changes``, a run is added
+    only if the stored one is another (a job is counted once). ``same`` is
+    the backend's null-safe equality (``IS``, ``IS NOT DISTINCT FROM``)."""
+    runs = f"runs = runs + {placeholder}"
+    values = (int(runs_added),)
+    if "last_job" in changes:
+        runs = (f"runs = runs + CASE WHEN last_job {same} {placeholder} THEN 0"
+                f" ELSE {placeholder} END")
+        values = (changes["last_job"], int(runs_added))
+    return [runs, f"skipped = skipped + {placeholder}"], values + (int(skipped_added),)
 
 
 def set_clauses(settable, changes, placeholder):

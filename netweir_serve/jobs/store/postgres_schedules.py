@@ -4,12 +4,9 @@ database.
 A mixin of PostgresJobStore, as sqlite_schedules is of SQLiteJobStore: it
 uses that class's transactions, so a change of a schedule moves the same
 version on and sends a SCHEDULE notice to the other nodes. Every node's
-timetable fires the same schedules; the job id derived from the schedule
-and its due time is what lets one of them queue the job (the others get
-DuplicateJob or find it queued), and ``update_schedule`` adds to the
-counts in SQL, a firing's only when it is the first to record its due
-time (``last_due``), so each due time is counted once, however many nodes
-record it.
+timetable wakes for the same schedules; the one whose ``claim_firing``
+takes the due time fires it (IScheduleStore), and the others go on from
+the row it wrote.
 """
 
 import psycopg
@@ -18,8 +15,8 @@ from twisted.internet import defer
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
 from .columns import (
-    POSTGRES_KINDS, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, columns_of, record_of, select_list,
-    set_clauses, without)
+    CLAIM_FIRING, POSTGRES_KINDS, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, columns_of, counting,
+    record_of, select_list, set_clauses, without)
 from .notices import SCHEDULE
 
 _COLUMNS = columns_of(SCHEDULE_FIELDS, POSTGRES_KINDS)
@@ -30,6 +27,14 @@ _SETTABLE = {c.name: c for c in _COLUMNS if c.name in SCHEDULE_SETTABLE}
 
 def _schedule(row):
     return record_of(ScheduleRecord, _COLUMNS, row)
+
+
+def _changed(tx, row):
+    """The schedule a change wrote (``row``), its notice sent; or None."""
+    if row is None:
+        return None
+    tx.changed(SCHEDULE)
+    return _schedule(row)
 
 
 def _one(tx, name):
@@ -76,37 +81,29 @@ class PostgresScheduleTable:
             assignments, values = set_clauses(_SETTABLE, changes, "%s")
         except TypeError as e:
             return defer.fail(e)
-        if "last_due" in changes:
-            # A firing: every node's timetable records the same due time,
-            # and only the first to record it counts it.
-            assignments += [f"{count} = {count} + CASE WHEN last_due IS DISTINCT FROM %s"
-                            " THEN %s ELSE 0 END" for count in ("runs", "skipped")]
-            due = _SETTABLE["last_due"].to_db(changes["last_due"])
-            counted = (due, int(runs_added), due, int(skipped_added))
-        else:
-            assignments += ["runs = runs + %s", "skipped = skipped + %s"]
-            counted = (int(runs_added), int(skipped_added))
+        runs, counted = counting(changes, runs_added, skipped_added, "%s",
+                                 "IS NOT DISTINCT FROM")
         # With ``seq``: only that schedule, not a new one given its name since.
         where, guard = ("key = %s", ()) if seq is None else ("key = %s AND seq = %s", (seq,))
 
         def update(tx):
-            row = tx.one(f"UPDATE schedules SET {', '.join(assignments)} WHERE {where}"
-                         f" RETURNING {_SELECT}",
-                         (*values, *counted, fold(name), *guard))
-            if row is None:
-                return None
-            tx.changed(SCHEDULE)
-            return _schedule(row)
+            return _changed(tx, tx.one(
+                f"UPDATE schedules SET {', '.join(assignments + runs)} WHERE {where}"
+                f" RETURNING {_SELECT}", (*values, *counted, fold(name), *guard)))
 
         return self._write(update)
 
+    def claim_firing(self, name, seq, seen_next_due, next_due, due=None):
+        def claim(tx):
+            return _changed(tx, tx.one(f"{CLAIM_FIRING} RETURNING {_SELECT}", {
+                "next": next_due, "due": due, "key": fold(name), "seq": seq,
+                "seen": seen_next_due}))
+
+        return self._write(claim)
+
     def delete_schedule(self, name):
         def delete(tx):
-            row = tx.one(f"DELETE FROM schedules WHERE key = %s RETURNING {_SELECT}",
-                         (fold(name),))
-            if row is None:
-                return None
-            tx.changed(SCHEDULE)
-            return _schedule(row)
+            return _changed(tx, tx.one(
+                f"DELETE FROM schedules WHERE key = %s RETURNING {_SELECT}", (fold(name),)))
 
         return self._write(delete)

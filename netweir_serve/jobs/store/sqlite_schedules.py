@@ -11,13 +11,14 @@ from twisted.internet import defer
 from ...names import fold
 from ...schedules.records import DuplicateSchedule, ScheduleRecord
 from .columns import (
-    SCHEDULE_FIELDS, SCHEDULE_SETTABLE, SQLITE_KINDS, columns_of, record_of, select_list, set_clauses, without)
+    CLAIM_FIRING, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, SQLITE_KINDS, columns_of, counting, record_of, select_list, set_clauses, without)
 
 
 _COLUMNS = columns_of(SCHEDULE_FIELDS, SQLITE_KINDS)
 _INSERTED = without(_COLUMNS, "seq")
 _SELECT = select_list(_COLUMNS)
 _SETTABLE = {c.name: c for c in _COLUMNS if c.name in SCHEDULE_SETTABLE}
+_CLAIM_FIRING = CLAIM_FIRING.replace("%(", ":").replace(")s", "")
 
 
 def _schedule(row):
@@ -67,19 +68,27 @@ class ScheduleTable:
             assignments, values = set_clauses(_SETTABLE, changes, "?")
         except TypeError as e:
             return defer.fail(e)
-        assignments += ["runs = runs + ?", "skipped = skipped + ?"]
+        runs, counted = counting(changes, runs_added, skipped_added, "?", "IS")
         # With ``seq``: only that schedule, not a new one given its name since.
         where, guard = ("key = ?", ()) if seq is None else ("key = ? AND seq = ?", (seq,))
 
         def update(db):
-            cursor = db.execute(f"UPDATE schedules SET {', '.join(assignments)} WHERE {where}",
-                                (*values, int(runs_added), int(skipped_added), fold(name),
-                                 *guard))
+            cursor = db.execute(
+                f"UPDATE schedules SET {', '.join(assignments + runs)} WHERE {where}",
+                (*values, *counted, fold(name), *guard))
             if cursor.rowcount == 0:
                 return None
             return _one(db, name)
 
         return self._write(update)
+
+    def claim_firing(self, name, seq, seen_next_due, next_due, due=None):
+        def claim(db):
+            cursor = db.execute(_CLAIM_FIRING, {"next": next_due, "due": due, "key": fold(name),
+                                                "seq": seq, "seen": seen_next_due})
+            return _one(db, name) if cursor.rowcount else None
+
+        return self._write(claim)
 
     def delete_schedule(self, name):
         def delete(db):
