@@ -1,14 +1,13 @@
 """Run policies: jobs sharing a data directory never run at once, and
---max-jobs-per-spider, as the store's claim and listjobs see them."""
+--max-jobs-per-spider, as listjobs says them. (How every backend's claim
+applies them is in the store contract, tests/test_store_contract.py.)"""
 
 import os
 
-from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from netweir_serve.jobs import policies
 from netweir_serve.jobs.records import JobRecord
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 
 
 def job(jobid, spider="books", locks=(), priority=0.0, project="shop"):
@@ -51,7 +50,6 @@ class LockTests(unittest.TestCase):
         self.assertIn("schedule nightly",
                       queued.waits_for(job("s-2", locks=(policies.schedule_lock("nightly"),))))
 
-
     def test_a_data_directory_is_shown_relative_to_the_projects(self):
         # The server's absolute paths are its own business: a client sees
         # the directory as its setting names it, inside the project's.
@@ -70,30 +68,6 @@ class LockTests(unittest.TestCase):
         self.assertIn("the data directory a/b (",
                       policies.RunningSet([job("first", locks=nested)], data_dir_of=lambda p: data)
                       .waits_for(job("second", locks=nested)))
-
-class ClaimTests(unittest.TestCase):
-    def setUp(self):
-        self.store = SQLiteJobStore(":memory:", Clock())
-
-    def claim(self, max_per_spider=None):
-        record = self.successResultOf(
-            self.store.claim_next("n", ["shop"], 1.0, max_per_spider))
-        return record.id if record else None
-
-    def test_a_job_waits_for_its_lock_without_holding_back_the_next(self):
-        for record in (job("a", locks=("path:x",)), job("b", locks=("path:x",), priority=5),
-                       job("c")):
-            self.successResultOf(self.store.add(record))
-        self.assertEqual([self.claim(), self.claim(), self.claim()], ["b", "c", None])
-        self.successResultOf(self.store.mark_finished("b", "finished", 2.0))
-        self.assertEqual(self.claim(), "a")
-
-    def test_max_per_spider_gives_the_slot_to_the_next_that_may_run(self):
-        for record in (job("a"), job("b"), job("n1", spider="news"), job("c")):
-            self.successResultOf(self.store.add(record))
-        self.assertEqual([self.claim(1), self.claim(1), self.claim(1)], ["a", "n1", None])
-        self.successResultOf(self.store.mark_finished("a", "finished", 2.0))
-        self.assertEqual([self.claim(2), self.claim(2), self.claim(2)], ["b", "c", None])
 
 
 class ServedTests(unittest.TestCase):

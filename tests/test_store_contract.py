@@ -17,9 +17,11 @@ import time
 
 from twisted.internet import defer, reactor
 from twisted.internet.task import Clock, deferLater
+from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
+from netweir_serve.jobs import policies
 from netweir_serve.jobs.interfaces import IJobStore, IScheduleStore
 from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
 from netweir_serve.jobs.store import open_store
@@ -33,6 +35,11 @@ def record(jobid, project="shop", priority=0.0, created=0.0, spider="books"):
     return JobRecord(id=jobid, project=project, spider=spider, spider_file="/p/books.py",
                      settings=(("max_items", "5"), ("checkpoint", "ck")),
                      arguments=(("category", "x"),), priority=priority, created=created)
+
+
+def locked(jobid, locks, project="shop", spider="books", priority=0.0):
+    return JobRecord(id=jobid, project=project, spider=spider, spider_file="/p/x.py",
+                     priority=priority, locks=tuple(locks))
 
 
 def ids(records):
@@ -230,6 +237,155 @@ class JobStoreContract:
             found = yield self.store.get(jobid)
             self.assertEqual(found.state, "running")
             self.assertIn(jobid, claimed[found.node])
+
+    # -- run policies (jobs.policies), as every backend's claim applies them ---
+
+    @defer.inlineCallbacks
+    def claim_ids(self, limits, node=NODE_A, projects=("shop",)):
+        claimed = []
+        for limit in limits:
+            r = yield self.store.claim_next(node, list(projects), 1.0, limit)
+            claimed.append(r.id if r else None)
+        return claimed
+
+    @defer.inlineCallbacks
+    def test_a_job_waits_for_its_lock_without_holding_back_the_next(self):
+        yield self.add_all(locked("a", ("path:x",)), locked("b", ("path:x",), priority=5),
+                           record("c"))
+        self.assertEqual((yield self.claim_ids([None] * 3)), ["b", "c", None])
+        yield self.store.mark_finished("b", "finished", 2.0)
+        self.assertEqual((yield self.claim_ids([None])), ["a"])
+
+    @defer.inlineCallbacks
+    def test_a_lock_held_in_another_project_holds_too(self):
+        # What runs is every project's, as RunningSet's is.
+        yield self.add_all(locked("other", ("schedule:s",), project="news"),
+                           locked("mine", ("schedule:s", "path:y")), record("free"))
+        self.assertEqual((yield self.claim_ids([None], projects=["news"])), ["other"])
+        self.assertEqual((yield self.claim_ids([None, None])), ["free", None])
+
+    @defer.inlineCallbacks
+    def test_max_per_spider_gives_the_slot_to_the_next_that_may_run(self):
+        yield self.add_all(record("a"), record("b"), record("n1", spider="news"), record("c"))
+        self.assertEqual((yield self.claim_ids([1, 1, 1])), ["a", "n1", None])
+        yield self.store.mark_finished("a", "finished", 2.0)
+        self.assertEqual((yield self.claim_ids([2, 2, 2])), ["b", "c", None])
+
+    @defer.inlineCallbacks
+    def test_a_spiders_limit_counts_its_running_jobs_of_every_node(self):
+        yield self.add_all(record("a"), record("b"), record("c", project="news"))
+        self.assertEqual((yield self.claim_ids([1], node=NODE_B)), ["a"])
+        # Another project's spider of the same name is another spider.
+        self.assertEqual((yield self.claim_ids([1, 1], projects=["shop", "news"])),
+                         ["c", None])
+
+    @defer.inlineCallbacks
+    def test_locks_and_the_schedule_read_back(self):
+        lock = policies.schedule_lock("Nightly")
+        added = yield self.store.add(JobRecord(
+            id="s1", project="shop", spider="books", spider_file="/p", schedule="Nightly",
+            locks=(lock, "path:shop:/d")))
+        found = yield self.store.get("s1")
+        self.assertEqual((found.locks, found.schedule, found.seq),
+                         ((lock, "path:shop:/d"), "Nightly", added.seq))
+        self.assertEqual((yield self.store.schedule_jobs("Nightly")), (1, 0))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        self.assertEqual((yield self.store.schedule_jobs("Nightly")), (0, 1))
+
+    @defer.inlineCallbacks
+    def test_claims_at_once_from_two_stores_keep_every_policy(self):
+        # Two stores (on PostgreSQL each with its own pool: six claims at
+        # once in the database), as two nodes would claim.
+        stores = {NODE_A: self.store, NODE_B: (yield self.open(self.make_second_store))}
+        every = []
+        for n in range(60):
+            locks = () if n % 3 == 0 else (f"path:shop:/data/{n % 5}",)
+            if n % 7 == 0:
+                locks += (policies.schedule_lock("queued"),)
+            every.append(locked(f"j{n:03d}", locks, spider=f"s{n % 4}", priority=float(n % 2)))
+        yield self.add_all(*every[:30])
+        yield self.add_all(*every[30:], store=stores[NODE_B])
+        locks_of = {r.id: set(r.locks) for r in every}
+        spider_of = {r.id: r.spider for r in every}
+        taken = {}
+
+        @defer.inlineCallbacks
+        def claimer(node):
+            while True:
+                r = yield stores[node].claim_next(node, ["shop"], 1.0, max_per_spider=3)
+                if r is None:
+                    return
+                self.assertNotIn(r.id, taken, f"{r.id} claimed twice")
+                taken[r.id] = node
+
+        rounds = 0
+        while len(taken) < len(every):
+            rounds += 1
+            self.assertLess(rounds, 100, "claims stopped making progress")
+            before = set(taken)
+            yield defer.gatherResults([claimer(node) for node in stores for _ in range(3)])
+            running = [r.id for r in (yield self.store.running())]
+            self.assertEqual(set(running), set(taken) - before)
+            # Nothing ended during the round: whatever runs now ran together.
+            for i, one in enumerate(running):
+                for other in running[i + 1:]:
+                    self.assertFalse(locks_of[one] & locks_of[other],
+                                     f"{one} and {other} run at once sharing a lock")
+            per_spider = {}
+            for jobid in running:
+                per_spider[spider_of[jobid]] = per_spider.get(spider_of[jobid], 0) + 1
+            self.assertLessEqual(max(per_spider.values()), 3, per_spider)
+            for jobid in running:
+                yield stores[taken[jobid]].mark_finished(jobid, "finished", 1.0)
+        self.assertEqual(sorted(taken), sorted(r.id for r in every))
+        self.assertEqual((yield stores[NODE_B].counts()),
+                         {"pending": 0, "running": 0, "finished": len(every)})
+
+    def test_two_processes_claiming_at_once_take_each_job_once_and_keep_the_locks(self):
+        # Each process with its own connection(s) and reactor: the claim is
+        # atomic across processes, not only in one reactor's turn.
+        url = self.store_url()
+        wanted = [locked(f"j{n:03d}", (f"path:shop:/d/{n % 4}",) if n % 2 else ())
+                  for n in range(200)]
+        done = self.add_all(*wanted)
+        done.addCallback(lambda _: self.close_store(self.store))
+        done.addCallback(lambda _: deferToThread(self.race, url))
+        done.addCallback(self.check_race, sorted(r.id for r in wanted))
+        return done
+
+    def race(self, url):
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        go = os.path.join(directory, "go")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        claimers = [subprocess.Popen([sys.executable, "-c", _CLAIMER, url, directory, node, go],
+                                     cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+                    for node in (NODE_A, NODE_B)]
+        # Both ready (imported, table open) before either may claim, so that
+        # neither can take every job before the other starts.
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(f"{go}.{node}") for node in (NODE_A, NODE_B)):
+            if time.monotonic() > deadline or any(c.poll() is not None for c in claimers):
+                break
+            time.sleep(0.01)
+        open(go, "w").close()
+        return [(c.returncode, out, err) for c in claimers
+                for out, err in [c.communicate(timeout=120)]]
+
+    @defer.inlineCallbacks
+    def check_race(self, results, wanted):
+        for returncode, _, err in results:
+            self.assertEqual(returncode, 0, err)
+        taken = [out.split() for _, out, _ in results]
+        self.assertEqual(sorted(taken[0] + taken[1]), wanted)
+        # Both really claimed: the test would prove nothing otherwise.
+        self.assertTrue(taken[0] and taken[1], [len(t) for t in taken])
+        reopened = yield self.open(self.make_second_store)
+        running = (yield reopened.jobs())[1]
+        self.assertEqual({r.id: r.node for r in running},
+                         {j: node for node, ids_ in zip((NODE_A, NODE_B), taken)
+                          for j in ids_ if int(j[1:]) % 2 == 0})
 
     # -- starting and ending ---------------------------------------------------
 
@@ -775,6 +931,39 @@ class ScheduleStoreContract:
         self.assertEqual((found.next_due, found.last_due), (16.0, 14.0))
 
 
+# A claimer in a process of its own: claims until no job is pending,
+# printing each id; after each claim, what runs must share no lock (it ends
+# each job that holds one, so that the others may run).
+_CLAIMER = r"""
+import os, sys, time
+from twisted.internet import defer, task
+from netweir_serve.jobs.store import open_store
+
+@defer.inlineCallbacks
+def main(reactor, url, directory, node, go):
+    store = open_store(directory, reactor, url=url, reactor=reactor)
+    open(go + "." + node, "w").close()  # ready
+    while not os.path.exists(go):
+        yield task.deferLater(reactor, 0.001, lambda: None)
+    while True:
+        claimed = yield store.claim_next(node, ["shop"], time.time())
+        if claimed is None:
+            if (yield store.counts())["pending"] == 0:
+                break
+            yield task.deferLater(reactor, 0.002, lambda: None)
+            continue
+        held = [lock for r in (yield store.running()) for lock in r.locks]
+        if len(held) != len(set(held)):
+            raise SystemExit(f"jobs sharing a lock run at once: {sorted(held)}")
+        print(claimed.id, flush=True)
+        if claimed.locks:
+            yield store.mark_finished(claimed.id, "finished", time.time())
+    yield store.close()
+
+task.react(main, sys.argv[1:])
+"""
+
+
 class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, unittest.TestCase):
     """The contract on a temporary SQLite file, timed by a Clock, each
     statement run at once (the Inline runner unit tests use)."""
@@ -789,6 +978,9 @@ class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, unitt
 
     def make_second_store(self):
         return SQLiteJobStore(self.path, self.clock)
+
+    def store_url(self):
+        return f"sqlite://{self.path}"
 
 
 class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, unittest.TestCase):
@@ -808,6 +1000,9 @@ class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, unittes
     def make_second_store(self):
         return self.make_store()
 
+    def store_url(self):
+        return f"sqlite://{self.path}"
+
     def test_each_store_has_a_thread_of_its_own_that_ends_with_close(self):
         thread = self.store._runner.thread
         self.assertTrue(thread.is_alive())
@@ -819,73 +1014,6 @@ class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, unittes
             self.assertFalse(thread.is_alive())
 
         return d.addCallback(closed)
-
-
-# A claimer in a process of its own: claims until the table has no pending
-# job, printing each id. Busy writes wait for the other process's lock.
-_CLAIMER = r"""
-import os, sys, time
-from twisted.internet.task import Clock
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
-path, node, go = sys.argv[1:4]
-clock = Clock()
-store = SQLiteJobStore(path, clock)
-open(go + "." + node, "w").close()  # ready
-while not os.path.exists(go):
-    time.sleep(0.001)
-while True:
-    claimed = store.claim_next(node, ["shop"], time.time())
-    result = []
-    claimed.addBoth(result.append)
-    while not result:
-        clock.advance(0.02)  # a write waiting for the lock tries again
-    if result[0] is None:
-        break
-    if not hasattr(result[0], "id"):
-        raise SystemExit(f"claim failed: {result[0]}")
-    print(result[0].id, flush=True)
-"""
-
-
-class SQLiteConcurrentClaimTests(unittest.TestCase):
-    """Two processes, each with its own connection, claiming from one file
-    at the same time: the claim is atomic across processes, not only in
-    one reactor's turn (where the Deferreds of the contract's claimers fire
-    one after the other)."""
-
-    def test_two_processes_claiming_at_once_never_take_one_job_twice(self):
-        path = os.path.abspath(self.mktemp())
-        store = SQLiteJobStore(path, Clock())
-        wanted = [f"j{n:03d}" for n in range(300)]
-        for jobid in wanted:
-            self.successResultOf(store.add(record(jobid)))
-        self.successResultOf(store.close())
-        go = path + ".go"
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        claimers = [subprocess.Popen([sys.executable, "-c", _CLAIMER, path, node, go],
-                                     cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-                    for node in (NODE_A, NODE_B)]
-        # Both ready (imported, table open) before either may claim, so that
-        # neither can take every job before the other starts.
-        deadline = time.monotonic() + 60
-        while not all(os.path.exists(f"{go}.{node}") for node in (NODE_A, NODE_B)):
-            self.assertLess(time.monotonic(), deadline, "the claimers did not start")
-            time.sleep(0.01)
-        open(go, "w").close()
-        outputs = [c.communicate(timeout=120) for c in claimers]
-        for claimer, (out, err) in zip(claimers, outputs):
-            self.assertEqual(claimer.returncode, 0, err)
-        taken = [out.split() for out, _ in outputs]
-        self.assertEqual(sorted(taken[0] + taken[1]), wanted)
-        self.assertFalse(set(taken[0]) & set(taken[1]))
-        # Both really claimed: the test would prove nothing otherwise.
-        self.assertTrue(taken[0] and taken[1], [len(t) for t in taken])
-        reopened = SQLiteJobStore(path, Clock())
-        self.addCleanup(reopened.close)
-        running = self.successResultOf(reopened.jobs())[1]
-        self.assertEqual({r.id: r.node for r in running},
-                         {**{j: NODE_A for j in taken[0]}, **{j: NODE_B for j in taken[1]}})
 
 
 class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract,
@@ -906,3 +1034,6 @@ class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract,
         return PostgresJobStore.opened(self.url, self.reactor)
 
     make_second_store = make_store
+
+    def store_url(self):
+        return self.url

@@ -1,7 +1,8 @@
-"""What the PostgreSQL store does beyond the contract (test_store_contract):
-claims racing in the database itself, the run policies in SQL, notices
-between stores, the nodes of a cluster, migrations, and connections that
-drop. Against a real server (tests/pg.py), each test in a schema of its own."""
+"""What the PostgreSQL store does beyond the contract (test_store_contract,
+which also races claims and keeps the run policies on this backend):
+notices between stores, the nodes of a cluster, migrations, and
+connections that drop. Against a real server (tests/pg.py), each test in a
+schema of its own."""
 
 import threading
 import time
@@ -12,7 +13,6 @@ from twisted.protocols import portforward
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
-from netweir_serve.jobs import policies
 from netweir_serve.jobs.interfaces import IClusterStore, IJobStore, IScheduleStore
 from netweir_serve.jobs.records import JobRecord, NodeNameTaken, StoreError
 from netweir_serve.jobs.store import notices, open_store
@@ -74,174 +74,6 @@ class InterfaceTests(StoreCase):
         for interface in (IJobStore, IScheduleStore, IClusterStore):
             self.assertTrue(verifyObject(interface, store))
         self.assertIs(store.shared, True)
-
-
-class PolicyTests(StoreCase):
-    """jobs.policies, as the SQL of the claim applies them (the same cases
-    as test_policies' ClaimTests on SQLite)."""
-
-    @defer.inlineCallbacks
-    def claim(self, store, max_per_spider=None):
-        record = yield store.claim_next("n", ["shop"], 1.0, max_per_spider)
-        return record.id if record else None
-
-    @defer.inlineCallbacks
-    def test_a_job_waits_for_its_lock_without_holding_back_the_next(self):
-        store = yield self.open()
-        for record in (job("a", locks=("path:x",)), job("b", locks=("path:x",), priority=5),
-                       job("c")):
-            yield store.add(record)
-        claimed = []
-        for _ in range(3):
-            claimed.append((yield self.claim(store)))
-        self.assertEqual(claimed, ["b", "c", None])
-        yield store.mark_finished("b", "finished", 2.0)
-        self.assertEqual((yield self.claim(store)), "a")
-
-    @defer.inlineCallbacks
-    def test_a_lock_held_in_another_project_holds_too(self):
-        # The running set is every project's, as RunningSet's is.
-        store = yield self.open()
-        yield store.add(job("other", project="news", locks=("schedule:s",)))
-        yield store.add(job("mine", locks=("schedule:s", "path:y")))
-        self.assertEqual((yield store.claim_next("n", ["news"], 1.0)).id, "other")
-        self.assertIsNone((yield store.claim_next("n", ["shop"], 1.0)))
-
-    @defer.inlineCallbacks
-    def test_max_per_spider_gives_the_slot_to_the_next_that_may_run(self):
-        store = yield self.open()
-        for record in (job("a"), job("b"), job("n1", spider="news"), job("c")):
-            yield store.add(record)
-        claimed = []
-        for limit in (1, 1, 1):
-            claimed.append((yield self.claim(store, limit)))
-        self.assertEqual(claimed, ["a", "n1", None])
-        yield store.mark_finished("a", "finished", 2.0)
-        claimed = []
-        for limit in (2, 2, 2):
-            claimed.append((yield self.claim(store, limit)))
-        self.assertEqual(claimed, ["b", "c", None])
-
-    @defer.inlineCallbacks
-    def test_locks_and_the_schedule_read_back(self):
-        store = yield self.open()
-        lock = policies.schedule_lock("Nightly")
-        added = yield store.add(JobRecord(
-            id="s1", project="shop", spider="books", spider_file="/p", schedule="Nightly",
-            locks=(lock, "path:shop:/d")))
-        found = yield store.get("s1")
-        self.assertEqual((found.locks, found.schedule, found.seq),
-                         ((lock, "path:shop:/d"), "Nightly", added.seq))
-        self.assertEqual((yield store.schedule_jobs("Nightly")), (1, 0))
-        yield store.claim_next("n", ["shop"], 1.0)
-        self.assertEqual((yield store.schedule_jobs("Nightly")), (0, 1))
-
-
-class ConcurrentClaimTests(StoreCase):
-    """Two stores, each with its own pool of three connections (so six
-    claims at once in the database), as two nodes would."""
-
-    @defer.inlineCallbacks
-    def test_claims_at_once_never_take_a_job_twice_nor_two_sharing_a_lock(self):
-        stores = {"node-a": (yield self.open()), "node-b": (yield self.open())}
-        every = []
-        for n in range(120):
-            locks = () if n % 3 == 0 else (f"path:shop:/data/{n % 5}",)
-            if n % 7 == 0:
-                locks += (policies.schedule_lock("queued"),)
-            every.append(job(f"j{n:03d}", spider=f"s{n % 4}", locks=locks,
-                             priority=float(n % 2)))
-        yield defer.gatherResults([stores["node-a"].add(r) for r in every[:60]] +
-                                  [stores["node-b"].add(r) for r in every[60:]])
-        locks_of = {r.id: set(r.locks) for r in every}
-        spider_of = {r.id: r.spider for r in every}
-        taken = {}
-
-        @defer.inlineCallbacks
-        def claimer(node):
-            while True:
-                record = yield stores[node].claim_next(node, ["shop"], time.time(),
-                                                       max_per_spider=3)
-                if record is None:
-                    return
-                self.assertNotIn(record.id, taken, f"{record.id} claimed twice")
-                taken[record.id] = node
-
-        rounds = 0
-        while len(taken) < len(every):
-            rounds += 1
-            self.assertLess(rounds, 100, "claims stopped making progress")
-            before = set(taken)
-            yield defer.gatherResults([claimer(node) for node in stores for _ in range(3)])
-            running = [r.id for r in (yield stores["node-a"].running())]
-            self.assertEqual(set(running), set(taken) - before)
-            # Nothing ended during the round: whatever runs now ran together.
-            for i, one in enumerate(running):
-                for other in running[i + 1:]:
-                    self.assertFalse(locks_of[one] & locks_of[other],
-                                     f"{one} and {other} run at once sharing a lock")
-            per_spider = {}
-            for jobid in running:
-                per_spider[spider_of[jobid]] = per_spider.get(spider_of[jobid], 0) + 1
-            self.assertLessEqual(max(per_spider.values()), 3, per_spider)
-            yield defer.gatherResults([stores[taken[j]].mark_finished(j, "finished", 1.0)
-                                       for j in running])
-        self.assertEqual(sorted(taken), sorted(r.id for r in every))
-        self.assertEqual(set(taken.values()), set(stores), "one store claimed everything")
-        found = yield stores["node-b"].counts()
-        self.assertEqual(found, {"pending": 0, "running": 0, "finished": len(every)})
-
-    @defer.inlineCallbacks
-    def test_claims_from_threads_of_their_own(self):
-        # The same race with no reactor between the claimers: each thread
-        # claims through psycopg directly, with the store's own statement.
-        from netweir_serve.jobs.store import postgres
-        import psycopg
-        store = yield self.open()
-        for n in range(200):
-            yield store.add(job(f"t{n:03d}", locks=(f"path:shop:/d/{n % 4}",) if n % 2 else ()))
-        conninfo = postgres.conninfo_of(self.url)
-        go = threading.Barrier(4)
-        taken, problems = [], []
-
-        def claimer(node):
-            try:
-                with psycopg.connect(conninfo) as conn:
-                    go.wait()
-                    while True:
-                        with conn.transaction():
-                            conn.execute("SELECT pg_advisory_xact_lock(%s)",
-                                         (postgres.CLAIM_LOCK,))
-                            row = conn.execute(postgres._CLAIM, {
-                                "node": node, "now": 1.0, "keys": ["shop"],
-                                "max": None}).fetchone()
-                            if row is None:
-                                return
-                            taken.append(row[1])
-                            # What runs now must share no lock.
-                            held = [r[0] for r in conn.execute(
-                                "SELECT unnest(locks) FROM jobs WHERE state = 'running'")]
-                            if len(held) != len(set(held)):
-                                problems.append(sorted(held))
-                            conn.execute("UPDATE jobs SET state = 'finished' WHERE id = %s"
-                                         " AND locks <> '{}'", (row[1],))
-            except Exception as e:  # reported below, on the test's thread
-                problems.append(repr(e))
-
-        threads = [threading.Thread(target=claimer, args=(f"n{i}",)) for i in range(4)]
-        done = defer.Deferred()
-
-        def run():
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
-            reactor.callFromThread(done.callback, None)
-
-        threading.Thread(target=run).start()
-        yield done
-        self.assertEqual(problems, [])
-        self.assertEqual(sorted(taken), [f"t{n:03d}" for n in range(200)])
 
 
 class NoticeTests(StoreCase):

@@ -99,6 +99,15 @@ class RunningSet:
         return None
 
 
+def first_that_may_run(running, pending, max_per_spider=None):
+    """Of ``pending`` (records, in the order they would start) the first
+    that may start beside ``running`` (records), or None: the decision of
+    every backend's claim (IJobStore.claim_next)."""
+    held = RunningSet(running)
+    return next((record for record in pending
+                 if held.waits_for(record, max_per_spider) is None), None)
+
+
 class ServedProjects:
     """The projects some live node serves, for saying that a pending job
     of any other waits for a node that serves it."""

@@ -99,6 +99,25 @@ CLAIM_FIRING = (
     " AND (last_due IS NULL OR CAST(%(due)s AS DOUBLE PRECISION) IS NULL"
     " OR last_due < %(due)s)")
 
+# What the run policies ask of a job (jobs.policies), for a claim.
+POLICY_FIELDS = ("seq", "id", "project", "spider", "spider_file", "locks")
+
+
+def claim_candidates(columns, among):
+    """The statement of a claim's candidates: the pending jobs of the
+    projects ``among`` says (a condition on ``project_key``), each the
+    first in queue order of its (project, spider, locks), in queue order.
+    Whether a job may run depends on its spider and locks alone (the run
+    policies), so asking the first of each is enough: a backlog held back
+    by one lock or one spider's limit costs one candidate, not a record a
+    job. ``columns`` are those the policies read."""
+    selected = select_list(columns)
+    return (f"SELECT {selected} FROM (SELECT {selected}, priority, row_number() OVER"
+            " (PARTITION BY project_key, spider, locks ORDER BY priority DESC, seq) AS place"
+            f" FROM jobs WHERE state = 'pending' AND project_key {among}) AS queued"
+            " WHERE place = 1 ORDER BY priority DESC, seq")
+
+
 # IJobStore.tally, the same statement on both backends.
 TALLY = "SELECT state, project, node, COUNT(*) FROM jobs GROUP BY state, project, node"
 

@@ -31,10 +31,11 @@ from zope.interface import implementer
 
 from ...names import fold
 from ..interfaces import IClusterStore, IJobStore, IScheduleStore
+from ..policies import first_that_may_run
 from ..records import (
     FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
 from .columns import (
-    JOB_FIELDS, POSTGRES_KINDS, TALLY, columns_of, dump_json, record_of, select_list, without)
+    JOB_FIELDS, POLICY_FIELDS, POSTGRES_KINDS, TALLY, claim_candidates, columns_of, dump_json, record_of, select_list, without)
 from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
 from .notices import PROGRESS, PRUNED
 from .notices import StoreNotice, decode, payload_tail
@@ -80,14 +81,10 @@ _SELECT_NODE = (
     " extract(epoch FROM started)::float8, dead,"
     " extract(epoch FROM now() - heartbeat)::float8, projects FROM nodes")
 
-# The run policies of jobs.policies, as conditions on a pending job ``j``:
-# none of its locks held by a running job, and (when a limit is given) its
-# spider under the limit of running jobs.
-_MAY_RUN = (
-    "NOT EXISTS (SELECT 1 FROM jobs r WHERE r.state = 'running' AND r.locks && j.locks)"
-    " AND (%(max)s::integer IS NULL OR (SELECT count(*) FROM jobs r"
-    " WHERE r.state = 'running' AND r.project_key = j.project_key"
-    " AND r.spider = j.spider) < %(max)s::integer)")
+# What the run policies ask of a job (jobs.policies), for a claim.
+_POLICY = tuple(c for c in COLUMNS if c.name in POLICY_FIELDS)
+_SELECT_POLICY = select_list(_POLICY)
+_CANDIDATES = claim_candidates(_POLICY, "= ANY(%(keys)s)")
 
 # The finished jobs one node's --keep counts: its own and those no node
 # ran (cancelled while pending: they have no files), or all of them.
@@ -95,12 +92,7 @@ _PRUNED = "(%(node)s::text IS NULL OR node = %(node)s OR node IS NULL)"
 
 _CLAIM = (
     "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
-    " WHERE state = 'pending' AND seq = ("
-    "   SELECT j.seq FROM jobs j"
-    "   WHERE j.state = 'pending' AND j.project_key = ANY(%(keys)s) AND " + _MAY_RUN +
-    "   ORDER BY j.priority DESC, j.seq"
-    "   FOR UPDATE SKIP LOCKED LIMIT 1)"
-    f" RETURNING {_SELECT}")
+    f" WHERE seq = %(seq)s AND state = 'pending' RETURNING {_SELECT}")
 
 
 def _record(columns, row):
@@ -421,17 +413,24 @@ class PostgresJobStore(PostgresScheduleTable):
         def claim(tx):
             # Two claims at once, each in READ COMMITTED, would each see the
             # other's job still pending (not yet committed) and so each
-            # find its own job free to run, although the two share a lock:
-            # SKIP LOCKED keeps them off one row, not off one lock. So every
-            # claim first takes this advisory lock, held to its commit, and
-            # the claim statement, begun after it is granted, sees every
-            # claim made before it. Claims are a few milliseconds; waiting
-            # for each other costs less than a second statement would.
+            # find its own job free to run, although the two share a lock.
+            # So every claim first takes this advisory lock, held to its
+            # commit, and its reads, begun after it is granted, see every
+            # claim made before it. Claims are a few milliseconds.
             tx.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
-            row = tx.one(_CLAIM, {"node": node, "now": now, "keys": keys,
-                                  "max": max_per_spider})
-            if row is None:
-                return None
+            running = [_record(_POLICY, row) for row in tx.all(
+                f"SELECT {_SELECT_POLICY} FROM jobs WHERE state = 'running'")]
+            pending = [_record(_POLICY, row) for row in tx.all(_CANDIDATES, {"keys": keys})]
+            while True:
+                # The run policies decide as on every backend (jobs.policies).
+                chosen = first_that_may_run(running, pending, max_per_spider)
+                if chosen is None:
+                    return None
+                row = tx.one(_CLAIM, {"node": node, "now": now, "seq": chosen.seq})
+                if row is not None:
+                    break
+                # Cancelled (ended) since it was read: the next may run.
+                pending.remove(chosen)
             claimed = _record(COLUMNS, row)
             tx.changed(CLAIMED, claimed.id, node)
             return claimed

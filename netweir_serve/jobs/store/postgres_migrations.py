@@ -62,8 +62,8 @@ POSTGRES_MIGRATIONS = (
     )),
     _as_sqlite(3, (
         "ALTER TABLE jobs ADD COLUMN schedule text",
-        # An array, not JSON text: the claim compares a pending job's locks
-        # with the running jobs' with && in SQL.
+        # An array, not JSON text: a list as the database holds one (the
+        # claim groups its candidates by it).
         "ALTER TABLE jobs ADD COLUMN locks text[] NOT NULL DEFAULT '{}'",
         "CREATE INDEX jobs_schedule ON jobs (schedule, state)",
         """CREATE TABLE schedules (

@@ -29,9 +29,9 @@ from zope.interface import implementer
 from ...names import fold
 from ..interfaces import IJobStore, IScheduleStore
 from ..records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
-from ..policies import RunningSet
+from ..policies import first_that_may_run
 from .columns import (
-    JOB_FIELDS, SQLITE_KINDS, TALLY, columns_of, dump_json, record_of, select_list, without)
+    JOB_FIELDS, POLICY_FIELDS, SQLITE_KINDS, TALLY, claim_candidates, columns_of, dump_json, record_of, select_list, without)
 from .migrations import migrate_sqlite
 from .sqlite_runner import Inline
 from .sqlite_schedules import ScheduleTable
@@ -57,9 +57,8 @@ COLUMNS = columns_of(JOB_FIELDS, SQLITE_KINDS)
 # Listings never show stats, the one large column: they neither read nor decode it.
 LISTED = without(COLUMNS, "stats")
 
-# What the run policies ask of a pending job (jobs.policies), for a claim.
-_LEADER = tuple(c for c in COLUMNS
-                if c.name in ("seq", "id", "project", "spider", "spider_file", "locks"))
+# What the run policies ask of a job (jobs.policies), for a claim.
+_POLICY = tuple(c for c in COLUMNS if c.name in POLICY_FIELDS)
 
 # The finished jobs --keep counts: all of them, or (given a node) that
 # node's own and those no node ran, as the PostgreSQL store counts them.
@@ -389,20 +388,12 @@ class SQLiteJobStore(ScheduleTable):
         def claim(db):
             # Inside BEGIN IMMEDIATE: nobody else writes between the reads
             # and the update.
-            running = RunningSet(_record(LISTED, row) for row in db.execute(
-                f"SELECT {_select(LISTED)} FROM jobs WHERE state = ?", (RUNNING,)))
-            # Whether a job may run depends on its spider and locks alone,
-            # so only the first of each (project, spider, locks) in queue
-            # order is asked: a backlog held back by one lock or one
-            # spider's limit costs one candidate, not a record per job.
-            leaders = db.execute(
-                f"SELECT {_select(_LEADER)} FROM (SELECT {_select(_LEADER)}, priority,"
-                " row_number() OVER (PARTITION BY project_key, spider, locks"
-                "  ORDER BY priority DESC, seq) AS place"
-                f" FROM jobs WHERE state = ? AND project_key IN ({marks}))"
-                " WHERE place = 1 ORDER BY priority DESC, seq", (PENDING, *keys))
-            chosen = next((leader for leader in (_record(_LEADER, row) for row in leaders)
-                           if running.waits_for(leader, max_per_spider) is None), None)
+            chosen = first_that_may_run(
+                (_record(_POLICY, row) for row in db.execute(
+                    f"SELECT {_select(_POLICY)} FROM jobs WHERE state = ?", (RUNNING,))),
+                (_record(_POLICY, row) for row in db.execute(
+                    claim_candidates(_POLICY, f"IN ({marks})"), keys)),
+                max_per_spider)
             if chosen is None:
                 return None
             db.execute("UPDATE jobs SET state = ?, node = ?, start_time = ? WHERE seq = ?",
