@@ -22,9 +22,9 @@ from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from netweir_serve.jobs import policies
-from netweir_serve.jobs.interfaces import IJobStore, IScheduleStore
+from netweir_serve.jobs.interfaces import IClusterStore, IJobStore, IScheduleStore
 from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
-from netweir_serve.jobs.store import open_store
+from netweir_serve.jobs.store import notices, open_store
 from netweir_serve.jobs.store.sqlite import SQLiteJobStore
 from netweir_serve.schedules.records import DuplicateSchedule, ScheduleRecord
 
@@ -738,6 +738,131 @@ class JobStoreContract:
             ("finished", "shop", NODE_A): 1, ("running", "shop", NODE_A): 1,
             ("running", "news", NODE_B): 1, ("pending", "shop", None): 1,
             ("finished", "shop", None): 1})
+
+    # -- every change is told ------------------------------------------------
+
+    def changes(self):
+        """Every method that changes a job or a schedule: (name, the kind
+        of notice it sends, the job it names, what to set up first, and a
+        call that changes something). IClusterStore's too, where the store
+        provides it."""
+        found = {}
+
+        def job_of(jobid, project, node=NODE_A):
+            return lambda s: self.add_all(record(jobid, project=project), store=s).addCallback(
+                lambda _: s.claim_next(node, [project], 1.0))
+
+        def plan(name, kind, jobid, call, prepare=lambda s: defer.succeed(None)):
+            found[name] = (kind, jobid, prepare, call)
+
+        plan("add", notices.QUEUED, "n-add", lambda s, _: s.add(record("n-add")))
+        plan("claim_next", notices.CLAIMED, "n-claim",
+             lambda s, _: s.claim_next(NODE_A, ["claims"], 1.0),
+             lambda s: s.add(record("n-claim", project="claims")))
+        plan("mark_started", notices.STARTED, "n-start",
+             lambda s, _: s.mark_started("n-start", 5), job_of("n-start", "starts"))
+        plan("mark_finished", notices.ENDED, "n-end",
+             lambda s, _: s.mark_finished("n-end", "finished", 2.0), job_of("n-end", "ends"))
+        plan("cancel_pending", notices.ENDED, "n-cancel",
+             lambda s, _: s.cancel_pending("n-cancel", 3.0), lambda s: s.add(record("n-cancel")))
+        plan("mark_cancel_requested", notices.CANCEL, "n-ask",
+             lambda s, _: s.mark_cancel_requested("n-ask"), job_of("n-ask", "asks"))
+        plan("recover", notices.ENDED, "n-lost",
+             lambda s, _: s.recover("node-r", 4.0, lambda r: None),
+             job_of("n-lost", "recovering", node="node-r"))
+        plan("prune", notices.PRUNED, None, lambda s, _: s.prune(0))
+        plan("add_schedule", notices.SCHEDULE, None,
+             lambda s, _: s.add_schedule(schedule("s-add")))
+        plan("update_schedule", notices.SCHEDULE, None,
+             lambda s, _: s.update_schedule("s-up", paused=True),
+             lambda s: s.add_schedule(schedule("s-up")))
+        plan("claim_firing", notices.SCHEDULE, None,
+             lambda s, added: s.claim_firing("s-fire", added.seq, 10.0, 12.0, 10.0),
+             lambda s: s.add_schedule(schedule("s-fire")))
+        plan("delete_schedule", notices.SCHEDULE, None,
+             lambda s, _: s.delete_schedule("s-del"),
+             lambda s: s.add_schedule(schedule("s-del")))
+        if IClusterStore.providedBy(self.store):
+            plan("register_node", notices.NODE, None,
+                 lambda s, _: s.register_node("node-x", "http://x"))
+            plan("save_stats", notices.STATS, "n-stats",
+                 lambda s, _: s.save_stats("n-stats", {"items": 1}), job_of("n-stats", "stats"))
+            plan("mark_lost", notices.ENDED, "n-ml", lambda s, _: s.mark_lost("node-ml", 5.0),
+                 job_of("n-ml", "ml", node="node-ml"))
+            # A timeout in the past: every live node is silent past it.
+            plan("declare_dead", notices.NODE, None,
+                 lambda s, _: s.declare_dead(-3600, end_time=6.0),
+                 lambda s: s.register_node("node-dd", "http://dd"))
+        return found
+
+    # Methods that change no job and no schedule, and so tell nothing.
+    READS = ("get", "schedule_jobs", "running", "jobs", "counts", "tally", "get_schedule",
+             "schedules", "nodes", "heartbeat", "on_notice", "close")
+
+    def test_every_method_is_known_as_a_change_or_not(self):
+        # A method added to an interface must say here whether it changes
+        # a job or a schedule, and so be held to telling it.
+        declared = set()
+        for interface in (IJobStore, IScheduleStore, IClusterStore):
+            if interface.providedBy(self.store):
+                declared |= {name for name, spec in interface.namesAndDescriptions()
+                             if hasattr(spec, "getSignatureInfo")}
+        self.assertEqual(declared - set(self.READS), set(self.changes()))
+
+    @defer.inlineCallbacks
+    def test_every_change_moves_the_version_and_tells_the_other_stores(self):
+        heard = []
+        listener = None
+        if self.store.shared:
+            listener = yield self.open(self.make_second_store)
+            listener.on_notice(heard.append)
+        for name, (kind, jobid, prepare, call) in self.changes().items():
+            prepared = yield prepare(self.store)
+            if listener is not None:
+                yield self.versions_agree(listener, self.store)
+            del heard[:]
+            before = self.store.version
+            yield call(self.store, prepared)
+            self.assertNotEqual(self.store.version, before, f"{name} did not move the version")
+            if listener is None:
+                continue
+            yield self.versions_agree(listener, self.store)
+            self.assertEqual(listener.version, self.store.version, name)
+            self.assertIn((kind, jobid), [(n.kind, n.jobid) for n in heard],
+                          f"{name} sent no {kind} notice for {jobid}: {heard}")
+            self.assertTrue(all(n.version <= self.store.version for n in heard), heard)
+
+    @defer.inlineCallbacks
+    def test_a_read_or_a_write_that_changes_nothing_tells_nothing(self):
+        yield self.add_all(record("a"), record("done"))
+        yield self.finish("a", 2.0)
+        yield self.store.add_schedule(schedule())
+        heard = []
+        if self.store.shared:
+            listener = yield self.open(self.make_second_store)
+            yield self.versions_agree(listener, self.store)
+            listener.on_notice(heard.append)
+        version = self.store.version
+        for call in (lambda: self.store.get("a"), lambda: self.store.jobs(),
+                     lambda: self.store.counts(), lambda: self.store.tally(),
+                     lambda: self.store.running(), lambda: self.store.schedule_jobs("tick"),
+                     lambda: self.store.schedules(), lambda: self.store.get_schedule("tick"),
+                     lambda: self.store.claim_next(NODE_A, ["nosuch"], 3.0),
+                     lambda: self.store.mark_finished("a", "lost", 4.0),
+                     lambda: self.store.cancel_pending("a", 4.0),
+                     lambda: self.store.mark_started("nosuch", 4),
+                     lambda: self.store.prune(10),
+                     lambda: self.store.update_schedule("nosuch", paused=True),
+                     lambda: self.store.claim_firing("tick", 999, 10.0, 12.0, 10.0),
+                     lambda: self.store.delete_schedule("nosuch")):
+            yield call()
+        self.assertEqual(self.store.version, version)
+        # A change made after them is the first thing heard.
+        yield self.store.add(record("last"))
+        if self.store.shared:
+            yield self.versions_agree(listener, self.store)
+            self.assertEqual([(n.kind, n.jobid) for n in heard], [(notices.QUEUED, "last")])
+        self.assertNotEqual(self.store.version, version)
 
     # -- pruning ---------------------------------------------------------------
 

@@ -17,7 +17,20 @@ class IJobStore(Interface):
     ``defer.succeed``); ``version`` and ``shared`` are plain attributes. Job ids and project names compare ignoring case.
     Records are immutable values (JobRecord); every change is one
     transaction and moves ``version`` on. A write the backend cannot make
-    fails with StoreError."""
+    fails with StoreError.
+
+    What every backend guarantees (tests/test_store_contract.py holds each
+    on every backend):
+
+    * every call that changes a job or a schedule moves ``version`` on
+      and, on a shared store, sends the other stores a notice of its kind
+      (jobs.store.notices) in the same transaction; a call that changes
+      nothing (a claim that finds no job, an end already recorded) moves
+      nothing and tells nothing;
+    * the first end recorded stands (``mark_finished``);
+    * a claim is decided by the run policies (jobs.policies), the same
+      on every backend, and two claimers never take one job (``claim_next``);
+    * a schedule's due time is fired once (IScheduleStore)."""
 
     shared = Attribute(
         "Whether other services (nodes) use this table too. A table that is"
