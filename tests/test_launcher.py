@@ -447,15 +447,18 @@ class RecordingFailureTests(unittest.TestCase):
         self.assertEqual([r.id for r in rig.ended], ["a"])
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
 
+    def exit_while_ends_fail(self, rig, jobid):
+        real = rig.store.mark_finished
+        self.patch(rig.store, "mark_finished",
+                   lambda *a, **k: defer.fail(StoreError("disk I/O error")))
+        rig.exit(jobid, 0)
+        self.patch(rig.store, "mark_finished", real)
+
     def test_a_failure_to_record_the_end_frees_the_slot_for_the_next_job(self):
         rig = Rig(self, max_jobs=1)
         rig.schedule("a")
         rig.schedule("b")
-        real = rig.store.mark_finished
-        self.patch(rig.store, "mark_finished",
-                   lambda *a, **k: defer.fail(StoreError("disk I/O error")))
-        rig.exit("a", 0)
-        self.patch(rig.store, "mark_finished", real)
+        self.exit_while_ends_fail(rig, "a")
         self.assertEqual(rig.get("b").state, "running")
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
 
@@ -486,11 +489,7 @@ class RecordingFailureTests(unittest.TestCase):
     def test_an_end_recorded_late_after_another_was_recorded_is_dropped(self):
         rig = Rig(self, max_jobs=1)
         rig.schedule("a")
-        real = rig.store.mark_finished
-        self.patch(rig.store, "mark_finished",
-                   lambda *a, **k: defer.fail(StoreError("disk I/O error")))
-        rig.exit("a", 0)
-        self.patch(rig.store, "mark_finished", real)
+        self.exit_while_ends_fail(rig, "a")
         self.assertEqual([r.id for r in rig.ended], ["a"])
         self.successResultOf(rig.store.mark_finished("a", "lost", 5.0))
         changed = []

@@ -439,10 +439,7 @@ class JobStoreContract:
     @defer.inlineCallbacks
     def test_the_first_end_stands_and_a_second_says_it_changed_nothing(self):
         yield self.store.add(record("a"))
-        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
-        yield self.store.mark_started("a", 7)
-        first = yield self.store.mark_finished("a", "finished", 5.0, exit_status=0,
-                                               stats={"items": 3})
+        first = yield self.finish("a", 5.0, exit_status=0, stats={"items": 3})
         self.assertEqual((first.state, first.outcome), ("finished", "finished"))
         version = self.store.version
         for outcome in ("lost", "finished"):
@@ -810,12 +807,21 @@ class JobStoreContract:
         self.assertEqual(declared - set(self.READS), set(self.changes()))
 
     @defer.inlineCallbacks
-    def test_every_change_moves_the_version_and_tells_the_other_stores(self):
+    def listener(self):
+        """(another store, the notices it hears from now on) on a shared
+        backend, as another node would hear them; (None, []) on one that
+        is not shared (it has no one to tell)."""
         heard = []
-        listener = None
-        if self.store.shared:
-            listener = yield self.open(self.make_second_store)
-            listener.on_notice(heard.append)
+        if not self.store.shared:
+            return None, heard
+        listener = yield self.open(self.make_second_store)
+        yield self.versions_agree(listener, self.store)
+        listener.on_notice(heard.append)
+        return listener, heard
+
+    @defer.inlineCallbacks
+    def test_every_change_moves_the_version_and_tells_the_other_stores(self):
+        listener, heard = yield self.listener()
         for name, (kind, jobid, prepare, call) in self.changes().items():
             prepared = yield prepare(self.store)
             if listener is not None:
@@ -837,11 +843,7 @@ class JobStoreContract:
         yield self.add_all(record("a"), record("done"))
         yield self.finish("a", 2.0)
         yield self.store.add_schedule(schedule())
-        heard = []
-        if self.store.shared:
-            listener = yield self.open(self.make_second_store)
-            yield self.versions_agree(listener, self.store)
-            listener.on_notice(heard.append)
+        listener, heard = yield self.listener()
         version = self.store.version
         for call in (lambda: self.store.get("a"), lambda: self.store.jobs(),
                      lambda: self.store.counts(), lambda: self.store.tally(),
@@ -859,7 +861,7 @@ class JobStoreContract:
         self.assertEqual(self.store.version, version)
         # A change made after them is the first thing heard.
         yield self.store.add(record("last"))
-        if self.store.shared:
+        if listener is not None:
             yield self.versions_agree(listener, self.store)
             self.assertEqual([(n.kind, n.jobid) for n in heard], [(notices.QUEUED, "last")])
         self.assertNotEqual(self.store.version, version)
