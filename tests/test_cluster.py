@@ -539,6 +539,13 @@ class NodeDeathTests(ClusterTestCase):
 
 class ScheduleTests(ClusterTestCase):
     def test_a_schedule_fires_once_per_due_time_with_three_nodes_up(self):
+        # Every reader process that reads the project's spider files (a
+        # check) says so in a file the three nodes share.
+        loads = os.path.join(self.shop, "loads.txt")
+        with open(os.path.join(self.shop, "tally.py"), "w") as f:
+            f.write("import os, sys\n"
+                    f"with open({loads!r}, 'a') as out:\n"
+                    "    out.write(repr(sys.argv) + '\\n')\n")
         nodes = [self.node(f"n{n}", 2) for n in range(3)]
         status, answer = nodes[0].post("addschedule.json", {
             "project": "shop", "spider": "echo", "every": "2s", "name": "tick",
@@ -569,6 +576,11 @@ class ScheduleTests(ClusterTestCase):
         out = self.outputs()
         self.assertNotIn("Traceback", out)
         self.assertNotIn("queued no job", out)
+        # Only the node that took a due time checked the spider: one check
+        # for the schedule's adding, then one a run.
+        with open(loads) as f:
+            read = f.readlines()
+        self.assertEqual(len(read), 1 + len(ids), read)
 
 
 class NetworkCutTests(ClusterTestCase):
