@@ -140,28 +140,3 @@ def select_list(columns):
 def record_of(kind, columns, row):
     """A ``kind`` record from ``row``, read as ``columns``."""
     return kind(**{c.name: c.from_db(value) for c, value in zip(columns, row)})
-
-
-def counting(changes, runs_added, skipped_added, placeholder, same):
-    """update_schedule's clauses that add to ``runs`` and ``skipped``,
-    and their values: with a ``last_job`` in ``changes``, a run is added
-    only if the stored one is another (a job is counted once). ``same`` is
-    the backend's null-safe equality (``IS``, ``IS NOT DISTINCT FROM``)."""
-    runs = f"runs = runs + {placeholder}"
-    values = (int(runs_added),)
-    if "last_job" in changes:
-        runs = (f"runs = runs + CASE WHEN last_job {same} {placeholder} THEN 0"
-                f" ELSE {placeholder} END")
-        values = (changes["last_job"], int(runs_added))
-    return [runs, f"skipped = skipped + {placeholder}"], values + (int(skipped_added),)
-
-
-def set_clauses(settable, changes, placeholder):
-    """The ``column = placeholder`` clauses of an UPDATE and their values,
-    for ``changes`` (field name: value) of the Columns ``settable`` (by
-    name). Raises TypeError naming the fields that are not settable."""
-    unknown = set(changes) - set(settable)
-    if unknown:
-        raise TypeError(f"not a settable field: {', '.join(sorted(unknown))}")
-    return ([f"{key} = {placeholder}" for key in changes],
-            [settable[key].to_db(value) for key, value in changes.items()])

@@ -35,13 +35,14 @@ from ..policies import first_that_may_run
 from ..records import (
     FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
 from .columns import (
-    JOB_FIELDS, POLICY_FIELDS, POSTGRES_KINDS, TALLY, claim_candidates, columns_of, dump_json, record_of, select_list, without)
+    JOB_FIELDS, POLICY_FIELDS, POSTGRES_KINDS, SCHEDULE_FIELDS, TALLY, claim_candidates,
+    columns_of, dump_json, record_of, select_list, without)
 from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
 from .notices import PROGRESS, PRUNED
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
-from .postgres_schedules import PostgresScheduleTable
+from .schedule_table import ScheduleTable
 
 log = Logger()
 
@@ -207,7 +208,7 @@ def _broken(cursor):
 
 
 @implementer(IJobStore, IScheduleStore, IClusterStore)
-class PostgresJobStore(PostgresScheduleTable):
+class PostgresJobStore(ScheduleTable):
     """The job table in the PostgreSQL database ``url`` (a postgresql://
     URL or a libpq key=value string; its ``options`` may set a search_path
     to keep the tables in a schema of their own), on ``reactor`` (``clock``
@@ -266,6 +267,12 @@ class PostgresJobStore(PostgresScheduleTable):
 
     def _read(self, work):
         return self._run(work, "read")
+
+    # ScheduleTable's statements (written for psycopg), and what it needs.
+    _schedule_columns = columns_of(SCHEDULE_FIELDS, POSTGRES_KINDS)
+    _name_taken = psycopg.errors.UniqueViolation
+    _write_statements = _write
+    _read_statements = _read
 
     def _run(self, work, what):
         if self._closed:

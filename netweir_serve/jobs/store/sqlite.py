@@ -17,6 +17,8 @@ power cut.
 """
 
 import collections
+import functools
+import re
 import sqlite3
 import threading
 from dataclasses import replace
@@ -31,10 +33,11 @@ from ..interfaces import IJobStore, IScheduleStore
 from ..records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
 from ..policies import first_that_may_run
 from .columns import (
-    JOB_FIELDS, POLICY_FIELDS, SQLITE_KINDS, TALLY, claim_candidates, columns_of, dump_json, record_of, select_list, without)
+    JOB_FIELDS, POLICY_FIELDS, SCHEDULE_FIELDS, SQLITE_KINDS, TALLY, claim_candidates,
+    columns_of, dump_json, record_of, select_list, without)
 from .migrations import migrate_sqlite
+from .schedule_table import ScheduleTable
 from .sqlite_runner import Inline
-from .sqlite_schedules import ScheduleTable
 
 log = Logger()
 
@@ -79,6 +82,32 @@ def _is_busy(error):
     if code is not None:
         return (code & 0xFF) in _BUSY_CODES
     return "locked" in str(error) or "busy" in str(error)
+
+
+@functools.lru_cache(maxsize=None)
+def _in_sqlites_words(statement):
+    """``statement`` (psycopg's named placeholders) with SQLite's."""
+    return re.sub(r"%\((\w+)\)s", r":\1", statement)
+
+
+class _Statements:
+    """A transaction's statements written for every backend
+    (schedule_table), run on SQLite. ``changed`` tells nobody: no other
+    store shares the file, and the version moves with any change."""
+
+    def __init__(self, db):
+        self._db = db
+
+    def all(self, statement, params):
+        return self._db.execute(_in_sqlites_words(statement), params).fetchall()
+
+    def one(self, statement, params):
+        # Every row read, so that a RETURNING statement is finished.
+        rows = self.all(statement, params)
+        return rows[0] if rows else None
+
+    def changed(self, kind):
+        pass
 
 
 # A write's course: waiting (queued, or for a lock), committing (its COMMIT
@@ -341,6 +370,16 @@ class SQLiteJobStore(ScheduleTable):
 
         self._runner.submit(read)
         return answered
+
+    # ScheduleTable's statements, and what it needs of a backend.
+    _schedule_columns = columns_of(SCHEDULE_FIELDS, SQLITE_KINDS)
+    _name_taken = sqlite3.IntegrityError
+
+    def _write_statements(self, work):
+        return self._write(lambda db: work(_Statements(db)))
+
+    def _read_statements(self, work):
+        return self._read(lambda db: work(_Statements(db)))
 
     # -- IJobStore -------------------------------------------------------------
 

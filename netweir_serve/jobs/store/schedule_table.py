@@ -1,0 +1,104 @@
+"""The recurring schedules' table, beside the jobs: IScheduleStore written
+once for every backend.
+
+A mixin of each job store (SQLiteJobStore, PostgresJobStore): a change of
+a schedule is one of that store's transactions, so schedules and jobs share
+one order of writes and one version, and on a shared store it sends a
+SCHEDULE notice to the other nodes. The statements are written once, with
+psycopg's named placeholders; a store runs them through
+``_write_statements`` and ``_read_statements`` (each a Deferred of
+``work(tx)``, ``tx`` having ``one``, ``all`` and ``changed``), in its own
+dialect, and gives the columns with its converters (``_schedule_columns``,
+columns.columns_of) and the error its database raises for a name taken
+(``_name_taken``).
+
+Every node's timetable wakes for the same schedules; the one whose
+``claim_firing`` takes a due time fires it, and the others go on from the
+row it wrote (IScheduleStore).
+"""
+
+from twisted.internet import defer
+
+from ...names import fold
+from ...schedules.records import DuplicateSchedule, ScheduleRecord
+from .columns import CLAIM_FIRING, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, record_of
+from .notices import SCHEDULE
+
+_NAMES = tuple(name for name, _ in SCHEDULE_FIELDS)
+_SELECT = ", ".join(_NAMES)
+_INSERTED = tuple(name for name in _NAMES if name != "seq")
+_INSERT = (f"INSERT INTO schedules (key, project_key, {', '.join(_INSERTED)})"
+           f" VALUES (%(key)s, %(project_key)s, {', '.join(f'%({n})s' for n in _INSERTED)})"
+           f" RETURNING {_SELECT}")
+# With ``seq``: only that schedule, not a new one given its name since.
+_WHOSE = "key = %(key)s AND (CAST(%(seq)s AS BIGINT) IS NULL OR seq = %(seq)s)"
+
+
+class ScheduleTable:
+    """IScheduleStore's methods, for a job store (see the module)."""
+
+    _schedule_columns = ()   # the Columns of SCHEDULE_FIELDS, as the store holds them
+    _name_taken = None       # the exception class of a unique key taken
+
+    def _schedule(self, row):
+        return record_of(ScheduleRecord, self._schedule_columns, row) if row else None
+
+    def _changed(self, tx, row):
+        """The schedule a change wrote (``row``), its notice sent; or None."""
+        if row is None:
+            return None
+        tx.changed(SCHEDULE)
+        return self._schedule(row)
+
+    def add_schedule(self, record):
+        values = {c.name: c.to_db(getattr(record, c.name)) for c in self._schedule_columns}
+        values.update(key=fold(record.name), project_key=fold(record.project))
+
+        def insert(tx):
+            try:
+                row = tx.one(_INSERT, values)
+            except self._name_taken:
+                raise DuplicateSchedule(record.name) from None
+            return self._changed(tx, row)
+
+        return self._write_statements(insert)
+
+    def get_schedule(self, name):
+        return self._read_statements(lambda tx: self._schedule(tx.one(
+            f"SELECT {_SELECT} FROM schedules WHERE key = %(key)s", {"key": fold(name)})))
+
+    def schedules(self, project=None):
+        where = "" if project is None else "WHERE project_key = %(project)s"
+        return self._read_statements(lambda tx: [self._schedule(row) for row in tx.all(
+            f"SELECT {_SELECT} FROM schedules {where} ORDER BY seq",
+            {"project": None if project is None else fold(project)})])
+
+    def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
+        unknown = set(changes) - set(SCHEDULE_SETTABLE)
+        if unknown:
+            return defer.fail(TypeError(f"not a settable field: {', '.join(sorted(unknown))}"))
+        columns = {c.name: c for c in self._schedule_columns}
+        values = {f"set_{key}": columns[key].to_db(value) for key, value in changes.items()}
+        assignments = [f"{key} = %(set_{key})s" for key in changes]
+        # A job is counted once (IScheduleStore): the same last_job again
+        # adds no run. (A last_job is a job's id, never None.)
+        runs = "%(runs)s"
+        if "last_job" in changes:
+            runs = "CASE WHEN last_job = %(set_last_job)s THEN 0 ELSE %(runs)s END"
+        assignments += [f"runs = runs + {runs}", "skipped = skipped + %(skipped)s"]
+        values.update(runs=int(runs_added), skipped=int(skipped_added), key=fold(name),
+                      seq=seq)
+        statement = (f"UPDATE schedules SET {', '.join(assignments)} WHERE {_WHOSE}"
+                     f" RETURNING {_SELECT}")
+        return self._write_statements(lambda tx: self._changed(tx, tx.one(statement, values)))
+
+    def claim_firing(self, name, seq, seen_next_due, next_due, due=None):
+        return self._write_statements(lambda tx: self._changed(tx, tx.one(
+            f"{CLAIM_FIRING} RETURNING {_SELECT}",
+            {"next": next_due, "due": due, "key": fold(name), "seq": seq,
+             "seen": seen_next_due})))
+
+    def delete_schedule(self, name):
+        return self._write_statements(lambda tx: self._changed(tx, tx.one(
+            f"DELETE FROM schedules WHERE key = %(key)s RETURNING {_SELECT}",
+            {"key": fold(name)})))
