@@ -337,6 +337,8 @@ class Timetable:
         if claimed is None:
             yield self._taken_elsewhere(record)
             return
+        # Held as the row is now, said once the firing is done.
+        self._keep(claimed, announce=False)
         changes = {} if due is None else (yield self._queue(claimed, due))
         if changes:
             yield self._update(claimed, **changes)
@@ -398,13 +400,14 @@ class Timetable:
         self._keep(updated)
         return updated
 
-    def _keep(self, updated):
+    def _keep(self, updated, announce=True):
         """Takes ``updated``, written here, as the schedule's record, and
         says so, unless the schedule was deleted or replaced meanwhile."""
         current = self._schedules.get(fold(updated.name)) if updated is not None else None
         if current is not None and current.seq == updated.seq:
             self._schedules[fold(updated.name)] = updated
-            self._on_change(updated)
+            if announce:
+                self._on_change(updated)
 
     # -- the use cases -----------------------------------------------------------
 
