@@ -350,10 +350,11 @@ class Timetable:
         # Another node fired it (or it changed meanwhile): go on from the
         # row as it is now, as a reload would.
         current = yield self._store.get_schedule(record.name)
-        if current is not None and self._schedules.get(fold(record.name)) not in (None, current) \
-                and current.seq == record.seq:
-            self._remember(current)
-            self._on_change_elsewhere(current)
+        held = self._schedules.get(fold(record.name))
+        if current is None or held is None or current.seq != record.seq or current == held:
+            return  # deleted or replaced (a reload says so), or heard already
+        self._remember(current)
+        self._on_change_elsewhere(current)
 
     @defer.inlineCallbacks
     def _queue(self, record, due):
