@@ -23,6 +23,7 @@ class IJobStore(Interface):
     on every backend):
 
     * every call that changes a job or a schedule moves ``version`` on
+      (but for a running job's saved stats, progress no listing shows)
       and, on a shared store, sends the other stores a notice of its kind
       (jobs.store.notices) in the same transaction; a call that changes
       nothing (a claim that finds no job, an end already recorded) moves
