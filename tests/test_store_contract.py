@@ -996,12 +996,26 @@ class ScheduleStoreContract:
         self.assertEqual((found.name, found.project, found.settings, found.arguments,
                           found.paused, found.next_due, found.runs),
                          ("Tick", "Shop", (("max_items", "5"),), (("a", "1"),), False, 10.0, 0))
+
         self.assertEqual([r.name for r in (yield self.store.schedules())], ["Tick", "other"])
         self.assertEqual([r.name for r in (yield self.store.schedules("SHOP"))], ["Tick"])
         yield self.assertFailure(self.store.add_schedule(schedule("tick")), DuplicateSchedule)
         self.assertEqual((yield self.store.delete_schedule("tick")), found)
         self.assertIsNone((yield self.store.delete_schedule("tick")))
         self.assertIsNone((yield self.store.get_schedule("tick")))
+
+    @defer.inlineCallbacks
+    def test_real_numbers_read_back_as_floats_from_every_call(self):
+        # addschedule.json shows "priority": 0.0, as it always has.
+        reals = ("priority", "anchor", "next_due", "created")
+        added = yield self.store.add_schedule(schedule())
+        answers = [added, (yield self.store.get_schedule("tick")),
+                   (yield self.store.claim_firing("tick", added.seq, 10.0, 12.0, 10.0)),
+                   (yield self.store.update_schedule("tick", last_job="tick-10", runs_added=1)),
+                   (yield self.store.delete_schedule("tick"))]
+        for answer in answers:
+            self.assertEqual([type(getattr(answer, f)) for f in reals], [float] * 4, answer)
+        self.assertEqual([type(r.last_due) for r in answers[2:]], [float] * 3)
 
     @defer.inlineCallbacks
     def test_an_update_sets_fields_adds_counts_and_keeps_to_its_seq(self):

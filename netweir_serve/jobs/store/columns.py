@@ -33,6 +33,10 @@ def load_list(text):
     return tuple(json.loads(text)) if text else ()
 
 
+def load_real(value):
+    return float(value) if value is not None else None
+
+
 def dump_json(value):
     return json.dumps(value) if value is not None else None
 
@@ -57,6 +61,7 @@ FLAG = "flag"      # a bool
 LIST = "list"      # a tuple of strings
 PAIRS = "pairs"    # a tuple of (key, value) pairs, in order
 JSON = "json"      # a JSON value (a dict), or None
+REAL = "real"      # a float, or None
 
 
 # Each JobRecord field's column. (``key`` and ``project_key``, the folded
@@ -74,9 +79,9 @@ JOB_FIELDS = (
 SCHEDULE_FIELDS = (
     ("seq", PLAIN), ("name", PLAIN), ("project", PLAIN), ("spider", PLAIN), ("kind", PLAIN),
     ("rule", PLAIN), ("tz", PLAIN), ("overlap", PLAIN), ("misfire", PLAIN),
-    ("settings", PAIRS), ("arguments", PAIRS), ("priority", PLAIN), ("paused", FLAG),
-    ("anchor", PLAIN), ("next_due", PLAIN), ("last_due", PLAIN), ("last_job", PLAIN),
-    ("runs", PLAIN), ("skipped", PLAIN), ("error", PLAIN), ("created", PLAIN),
+    ("settings", PAIRS), ("arguments", PAIRS), ("priority", REAL), ("paused", FLAG),
+    ("anchor", REAL), ("next_due", REAL), ("last_due", REAL), ("last_job", PLAIN),
+    ("runs", PLAIN), ("skipped", PLAIN), ("error", PLAIN), ("created", REAL),
 )
 
 # What update_schedule may set; runs and skipped only grow.
@@ -87,8 +92,12 @@ SCHEDULE_SETTABLE = ("paused", "next_due", "last_due", "last_job", "error")
 # flag is an integer, a list JSON text), PostgreSQL has both.
 _COMMON_KINDS = {PLAIN: (_identity, _identity), PAIRS: (dump_pairs, load_pairs),
                  JSON: (dump_json, load_json)}
-SQLITE_KINDS = {**_COMMON_KINDS, FLAG: (int, bool), LIST: (dump_list, load_list)}
-POSTGRES_KINDS = {**_COMMON_KINDS, FLAG: (bool, bool), LIST: (list, tuple)}
+# A real number is a float to both, but what SQLite's RETURNING gives of
+# an integral one is an int (the value before the column's affinity).
+SQLITE_KINDS = {**_COMMON_KINDS, FLAG: (int, bool), LIST: (dump_list, load_list),
+                REAL: (_identity, load_real)}
+POSTGRES_KINDS = {**_COMMON_KINDS, FLAG: (bool, bool), LIST: (list, tuple),
+                  REAL: (_identity, _identity)}
 
 # IScheduleStore.claim_firing, the same statement on both backends (the
 # placeholders psycopg's; SQLite's are made from them): the one guarded
