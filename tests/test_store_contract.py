@@ -768,6 +768,9 @@ class JobStoreContract:
         plan("claim_next", notices.CLAIMED, "n-claim",
              lambda s, _: s.claim_next(NODE_A, ["claims"], 1.0),
              lambda s: s.add(record("n-claim", project="claims")))
+        plan("release_claim", notices.QUEUED, "n-back",
+             lambda s, claimed: s.release_claim("n-back", NODE_A, claimed.start_time),
+             job_of("n-back", "backs"))
         plan("mark_started", notices.STARTED, "n-start",
              lambda s, _: s.mark_started("n-start", 5), job_of("n-start", "starts"))
         plan("mark_finished", notices.ENDED, "n-end",
@@ -870,6 +873,7 @@ class JobStoreContract:
                      lambda: self.store.mark_finished("a", "lost", 4.0),
                      lambda: self.store.cancel_pending("a", 4.0),
                      lambda: self.store.mark_started("nosuch", 4),
+                     lambda: self.store.release_claim("a", NODE_A, 1.0),
                      lambda: self.store.prune(10),
                      lambda: self.store.update_schedule("nosuch", paused=True),
                      lambda: self.store.claim_firing("tick", 999, 10.0, 12.0, 10.0),
