@@ -413,6 +413,7 @@ def makeService(config, reactor, wall=None):
                                           config.node_timeout,
                                           projects=config.projects.names(), wall=wall)
         serve.membership.subscribe(events)
+        poller.may_claim = serve.membership.may_claim
     serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag,
                                    interval=probe_interval(os.environ))
     metrics.largest_lag = serve.reactor_lag.take_largest

@@ -26,7 +26,7 @@ from twisted.trial import unittest
 from . import pg
 from .processes import Daemon, alive, kill_groups, shared_site, wait_until
 from .spiders import write_project
-from .test_metrics import samples
+from .test_metrics import samples, value
 from .test_notify import Receiver
 
 AUTH = ("ops", "cluster-secret")
@@ -633,10 +633,20 @@ class NetworkCutTests(ClusterTestCase):
         ended = self.ended()
         for jobid in after + [meanwhile]:
             self.assertEqual(ended[jobid], ["finished"])
-        # The long crawl's end is the declaring node's alone; the short one's
-        # was also announced by its own node when the crawl ended, unrecorded.
+        # Both ends are the declaring node's alone: the short crawl's end on
+        # the cut node, recorded too late, was dropped, never announced.
         self.assertEqual(ended[long], ["lost"])
-        self.assertEqual(sorted(ended[short]), ["finished", "lost"])
+        self.assertEqual(ended[short], ["lost"])
+        self.assertIn(f"job {short}: its end was recorded elsewhere meanwhile; this node's is"
+                      " dropped", cut.output())
+        # Nor counted twice: only the declaring node counts the lost ends.
+        counted = {(name, outcome): value(samples(via.call("GET", "/metrics")[2].decode()),
+                                          "netweir_serve_jobs_ended_total", project="shop",
+                                          spider="slow", outcome=outcome)
+                   for name, via in (("cut", cut), ("n1", n1))
+                   for outcome in ("lost", "finished")}
+        self.assertEqual(counted, {("cut", "lost"): 0, ("cut", "finished"): 0,
+                                   ("n1", "lost"): 2, ("n1", "finished"): 0})
         self.assertEqual(DECLARED.findall(self.outputs()), ["cut"])
         # Back, the cut node said which processes it ended.
         self.assertRegex(cut.output(), r"node cut was declared dead while cut off from the job"

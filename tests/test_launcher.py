@@ -499,6 +499,49 @@ class RecordingFailureTests(unittest.TestCase):
         self.assertEqual([r.id for r in rig.ended], ["a"])
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
 
+    def test_on_a_shared_table_an_unrecorded_end_is_told_once_recorded(self):
+        rig = Rig(self, max_jobs=1)
+        rig.store.shared = True
+        rig.schedule("a")
+        self.exit_while_ends_fail(rig, "a")
+        # Cut off from the table: the slot is free, nothing is announced yet.
+        self.assertEqual((rig.launcher.slots_free(), rig.ended), (1, []))
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual([(r.id, r.outcome) for r in rig.ended], [("a", "finished")])
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY * 3)
+        self.assertEqual(len(rig.ended), 1)
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+
+    def test_on_a_shared_table_an_end_another_node_recorded_first_is_never_told(self):
+        # Declared dead while cut off: another node recorded the job lost
+        # and told of it; this node's end of the same crawl is dropped.
+        rig = Rig(self, max_jobs=1)
+        rig.store.shared = True
+        rig.schedule("a")
+        self.exit_while_ends_fail(rig, "a")
+        self.successResultOf(rig.store.mark_finished("a", "lost", 5.0))
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual((rig.get("a").outcome, rig.ended), ("lost", []))
+        self.flushLoggedErrors(StoreError)
+
+    def test_on_a_shared_table_an_end_whose_commit_answer_was_lost_is_told(self):
+        # The failed write was committed after all: the end found is its own.
+        rig = Rig(self, max_jobs=1)
+        rig.store.shared = True
+        rig.schedule("a")
+        real = rig.store.mark_finished
+
+        def committed_unanswered(*args, **kwargs):
+            real(*args, **kwargs)
+            return defer.fail(StoreError("the connection was lost as the change was committed"))
+
+        self.patch(rig.store, "mark_finished", committed_unanswered)
+        rig.exit("a", 0)
+        self.patch(rig.store, "mark_finished", real)
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual([(r.id, r.outcome) for r in rig.ended], [("a", "finished")])
+        self.flushLoggedErrors(StoreError)
+
     def test_the_service_hears_of_the_end_before_the_stop_fires(self):
         rig = Rig(self)
         rig.schedule("a")

@@ -193,3 +193,43 @@ class LogLineTests(unittest.TestCase):
         self.assertEqual(self.said("declared dead while cut off"), [
             "node n0 was declared dead while cut off from the job table: ended the processes"
             " of job(s) ended-meanwhile (recorded lost); it rejoins and takes new work"])
+
+
+class FenceTests(unittest.TestCase):
+    """A node out of touch with the table past its timeout stops claiming:
+    the others may have declared it dead and its jobs lost meanwhile."""
+
+    def setUp(self):
+        self.clock = Clock()
+        self.store = CutStore()
+        self.polls = []
+        poller = Poller()
+        poller.poll = lambda: self.polls.append(self.clock.seconds())
+        self.node = NodeMembership(self.store, launcher=None, poller=poller, timetable=None,
+                                   clock=self.clock, name="n0", url="http://n0",
+                                   timeout=TIMEOUT)
+        self.assertFalse(self.node.may_claim())  # not registered yet
+        self.node.start()
+        self.addCleanup(self.node.stop)
+
+    def test_it_claims_while_its_beats_reach_the_table(self):
+        for _ in range(20):
+            self.clock.advance(BEAT)
+            self.assertTrue(self.node.may_claim())
+
+    def test_cut_off_past_its_timeout_it_claims_nothing_until_a_beat_gets_through(self):
+        self.clock.advance(BEAT)
+        self.store.up = False
+        # A timeout from its last beat that got through, and no more.
+        self.clock.advance(TIMEOUT - 0.1)
+        self.assertTrue(self.node.may_claim())
+        self.clock.advance(0.2)
+        self.assertFalse(self.node.may_claim())
+        self.clock.advance(TIMEOUT * 3)
+        self.assertFalse(self.node.may_claim())
+        self.store.up = True
+        before = len(self.polls)
+        self.clock.advance(BEAT)
+        self.assertTrue(self.node.may_claim())
+        # Lifted: a round is asked for at once, not at the next safety net.
+        self.assertEqual(len(self.polls), before + 1)

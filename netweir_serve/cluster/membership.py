@@ -65,6 +65,9 @@ class NodeMembership:
         self._beating = None
         # Since when this node's beats have reached the table without a break.
         self._in_touch_since = None
+        # When this node last knew itself live in the table (a beat that
+        # found it so, or its registration): the fence (``may_claim``).
+        self._live_at = None
 
     @defer.inlineCallbacks
     def start(self):
@@ -75,7 +78,7 @@ class NodeMembership:
         previous = yield self._store.register_node(self.name, self.url, timeout=self._timeout,
                                                    projects=self._projects)
         self._say_rejoined(previous)
-        self._in_touch_since = self._clock.seconds()
+        self._in_touch_since = self._live_at = self._clock.seconds()
         self._store.on_notice(self._heard)
         started = self._beat.start(max(0.5, self._timeout / BEATS_PER_TIMEOUT), now=False)
         started.addErrback(lambda f: self.log.failure("the heartbeat loop failed", f))
@@ -83,6 +86,16 @@ class NodeMembership:
     def stop(self):
         if self._beat.running:
             self._beat.stop()
+
+    def may_claim(self):
+        """Whether this node may claim jobs: not once it has been out of
+        touch with the table for its timeout, when the others may have
+        declared it dead and its jobs lost (a fence, as Nomad's clients
+        stop taking work when they cannot reach the servers). A beat that
+        reaches the table again (registering anew if it was declared dead)
+        lifts it."""
+        return (self._live_at is not None
+                and self._clock.seconds() - self._live_at < self._timeout)
 
     def subscribe(self, events):
         """Saves running jobs' stats to the table as they change (the other
@@ -112,6 +125,10 @@ class NodeMembership:
                 self._in_touch_since = beaten_at
             if not alive:
                 yield self._declared_dead()
+            fenced = not self.may_claim()
+            self._live_at = beaten_at
+            if fenced:
+                self._poller.poll()  # the fence is lifted: claim again now
             if beaten_at - self._in_touch_since < self._timeout:
                 # In touch again only lately: if the table itself was away
                 # (a restart of PostgreSQL, its network), every node missed

@@ -26,7 +26,7 @@ from .process import (
     CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
     private_arguments, remove_quietly, run_mark, send_signal, watch_exit,
     write_private_file)
-from .records import FINISHED
+from .records import FINISHED, StoreError
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps
@@ -35,6 +35,8 @@ END_RETRY_DELAY = 2.0
 # What an end that could not be recorded (yet) gives its waiters' chain:
 # the end is announced all the same, as the launcher knows it.
 _UNRECORDED = object()
+# Not recorded on a shared table: announced once it is (_end_not_recorded).
+_HELD = object()
 
 # Seconds the crawl's parent has to end everything once told to kill it;
 # past them its whole process group is killed from here.
@@ -334,31 +336,50 @@ class Launcher:
 
     def _end_not_recorded(self, failure, jobid, end):
         self.log.failure("job {jobid}: could not record how it ended", failure, jobid=jobid)
-        self._record_end_later(jobid, end)
-        # Every waiter hears of the end all the same.
-        return _UNRECORDED
+        # On a table of its own the end is announced now (a full disk must
+        # not hide it) and recorded when it can be. On a shared one, another
+        # node may record this job's end first (it declares this node dead
+        # while it is cut off): announced only once this end is recorded,
+        # so that no end is announced twice (--notify, metrics, /events).
+        held = self._store.shared
+        self._record_end_later(jobid, end, held)
+        return _HELD if held else _UNRECORDED
 
-    def _record_end_later(self, jobid, end):
+    def _record_end_later(self, jobid, end, held):
         if not self._stopping:
-            self._reactor.callLater(END_RETRY_DELAY, self._record_end_again, jobid, end)
+            self._reactor.callLater(END_RETRY_DELAY, self._record_end_again, jobid, end, held)
 
-    def _record_end_again(self, jobid, end):
+    def _record_end_again(self, jobid, end, held):
         if self._stopping:
             return
         recorded = self._store.mark_finished(jobid, **end)
-        recorded.addCallbacks(self._end_recorded_late, lambda _: self._record_end_later(jobid, end),
-                              callbackArgs=(jobid,))
+        recorded.addCallbacks(self._end_recorded_late,
+                              lambda _: self._record_end_later(jobid, end, held),
+                              callbackArgs=(jobid, end, held))
+        recorded.addErrback(lambda f: self.log.failure(
+            "job {jobid}: could not tell of its end recorded late", f, jobid=jobid))
 
-    def _end_recorded_late(self, record, jobid):
+    @defer.inlineCallbacks
+    def _end_recorded_late(self, record, jobid, end, held):
         if record is None:
-            # Another node recorded an end first (declared it lost): that
-            # one stands, and this one is dropped.
-            self.log.warn("job {jobid}: its end was recorded elsewhere meanwhile; this"
-                          " node's is dropped", jobid=jobid)
-            return
+            # An end was recorded meanwhile: this node's own, when the write
+            # that failed was committed after all (its answer lost), or
+            # another node's (it declared the job lost), which stands.
+            try:
+                record = yield self._store.get(jobid)
+            except StoreError as e:
+                self.log.warn("job {jobid}: could not read the end recorded meanwhile: {why}",
+                              jobid=jobid, why=e.message)
+                return
+            if record is None or (record.outcome, record.end_time) != (
+                    end["outcome"], end["end_time"]):
+                self.log.warn("job {jobid}: its end was recorded elsewhere meanwhile; this"
+                              " node's is dropped", jobid=jobid)
+                return
         self.log.info("job {jobid}: its end is recorded now", jobid=record.id)
-        # Its locks are free only now: the jobs that waited for them may start.
-        self._events.publish(CHANGED, record)
+        # Its locks are free only now: the jobs that waited for them may
+        # start. Held, the end itself is told now, once.
+        self._events.publish(ENDED if held else CHANGED, record)
 
     def _ended(self, record, known):
         # The service hears of it before whoever waits for the job
@@ -366,10 +387,10 @@ class Launcher:
         waiters = self._ending.pop(fold(known.id))
         if record is None:
             self._end_stood(known)
-        else:
+        elif record is not _HELD:
             self._events.publish(ENDED, known if record is _UNRECORDED else record)
         for d in waiters:
-            d.callback(None if record is _UNRECORDED else record)
+            d.callback(None if record in (_UNRECORDED, _HELD) else record)
 
     def _end_stood(self, known):
         # The first end recorded stands (IJobStore.mark_finished): another

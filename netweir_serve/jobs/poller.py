@@ -42,6 +42,9 @@ class Poller:
     def __init__(self, store, launcher, clock, node, projects, interval=5.0,
                  max_per_spider=None, wall=None):
         self._store = store
+        # Whether this node may claim now (cluster.membership fences a node
+        # out of touch with the table past its timeout): set by the wiring.
+        self.may_claim = lambda: True
         self._launcher = launcher
         self._clock = clock
         # A claim's start time is a time of day (``clock`` times the loop).
@@ -100,6 +103,8 @@ class Poller:
                               " {why}", why=e.message)
                 return
         while not self._stopped and self._launcher.slots_free() > 0:
+            if not self.may_claim():
+                return
             claimed_at = self._wall.seconds()
             try:
                 record = yield self._store.claim_next(
