@@ -83,7 +83,7 @@ class LauncherWallTests(unittest.TestCase):
 class MembershipWallTests(unittest.TestCase):
     def test_beats_and_judging_on_the_reactor_dead_nodes_jobs_ended_at_the_wall_time(self):
         clock, wall, store = Clock(), wall_at(DAY), test_membership.CutStore()
-        node = NodeMembership(store, launcher=None, poller=test_membership.Poller(),
+        node = NodeMembership(store, launcher=test_membership.Idle(), poller=test_membership.Poller(),
                               timetable=None, clock=clock, name="n0", url="http://n0",
                               timeout=test_membership.TIMEOUT, wall=wall)
         node.start()

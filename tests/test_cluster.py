@@ -200,12 +200,13 @@ class ClusterTestCase(unittest.TestCase):
         self.addCleanup(kill_beneath, self.base)
         self.nodes = {}
 
-    def node(self, name, max_jobs=2, jobs_db=None, args=(), start=True, projects=None):
+    def node(self, name, max_jobs=2, jobs_db=None, args=(), start=True, projects=None,
+             env=None):
         daemon = Daemon(os.path.join(self.base, name), projects or [f"shop={self.shop}"],
                         ["--jobs-db", jobs_db or self.jobs_db, "--node-name", name,
                          "--node-timeout", str(TIMEOUT), "--max-jobs", str(max_jobs),
                          "--notify", self.hook.url, *args],
-                        env=AUTH_ENV, auth=AUTH)
+                        env={**AUTH_ENV, **(env or {})}, auth=AUTH)
         self.addCleanup(daemon.kill)
         self.nodes[name] = daemon
         return daemon.start() if start else daemon
@@ -651,6 +652,37 @@ class NetworkCutTests(ClusterTestCase):
         # Back, the cut node said which processes it ended.
         self.assertRegex(cut.output(), r"node cut was declared dead while cut off from the job"
                          r" table: ended the processes of job\(s\) [^;]*\b" + long + r"\b")
+
+    def test_a_kill_asked_while_the_owner_hears_nothing_is_a_kill(self):
+        """A cancel with signal=KILL asked through another node while the
+        owner is cut off from the table (its LISTEN connection with it):
+        once back, the owner kills at once, without the grace period."""
+        relay = Relay(server_address(self.jobs_db))
+        self.addCleanup(relay.stop)
+        owner = self.node("owner", 1, jobs_db=url_through(self.jobs_db, "127.0.0.1", relay.port),
+                          env={"NETWEIR_SERVE_CANCEL_GRACE": "120"})
+        pidfile = os.path.join(tempfile.mkdtemp(dir=self.base), "pids.json")
+        stubborn = owner.must_schedule("shop", "stubborn", pidfile=pidfile)
+        self.assertEqual(self.running_on(owner, stubborn), "owner")
+        pids = wait_until(lambda: read_json(pidfile), 30, "the stubborn job's pids")
+        self.addCleanup(kill_groups, [pids["pid"]])
+        others = [self.node("n1", 1), self.node("n2", 1)]
+
+        relay.cut()
+        status, answer = others[0].post("cancel.json", {"project": "shop", "job": stubborn,
+                                                        "signal": "KILL"})
+        self.assertEqual((status, answer["prevstate"]), (200, "running"))
+        time.sleep(2)  # well within --node-timeout: the owner is not declared dead
+        self.assertTrue(alive(pids["pid"]))
+        relay.mend()
+        mended = time.monotonic()
+        entry = others[1].wait_state(stubborn, "finished", timeout=60)
+        # The grace period is 120 s: a cancel would still be waiting.
+        self.assertLess(time.monotonic() - mended, 20)
+        self.assertEqual((entry["outcome"], entry["node"]), ("cancelled", "owner"))
+        wait_until(lambda: not alive(pids["pid"]) and not alive(pids["child"]), 10,
+                   "the stubborn crawl and its child to be gone")
+        self.assertIn(f"job {stubborn}: kill asked through the job table", owner.output())
 
     def node_rows(self):
         with pg.admin_connection() as conn:

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+from dataclasses import replace
 from types import SimpleNamespace
 
 from twisted.internet import defer
@@ -349,6 +350,31 @@ class CancellingTests(unittest.TestCase):
         record = rig.get("a")
         self.assertEqual((record.outcome, record.exit_status), ("cancelled", 130))
         self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
+    def test_what_the_table_asks_is_carried_out_once_each(self):
+        rig = Rig(self, grace=30.0)
+        rig.schedule("a")
+        pid = rig.get("a").pid
+        asked = replace(rig.get("a"), cancel_requested=True)
+        self.assertEqual(rig.launcher.carry_out(asked), "cancel")
+        self.assertEqual(rig.launcher.carry_out(asked), None)  # a second look: no kill
+        self.assertEqual(rig.signals.sent, [(pid, signal.SIGTERM, False)])
+        killed = replace(asked, kill_requested=True)
+        self.assertEqual(rig.launcher.carry_out(killed), "kill")
+        self.assertEqual(rig.launcher.carry_out(killed), None)
+        self.assertEqual(rig.signals.sent[1:], [(pid, KILL_SIGNAL, False)])
+        self.assertTrue(rig.get("a").kill_requested)
+        self.assertEqual(rig.launcher.carry_out(replace(killed, id="nosuch")), None)
+
+    def test_a_kill_asked_first_skips_the_grace_period(self):
+        rig = Rig(self, grace=30.0)
+        rig.schedule("a")
+        pid = rig.get("a").pid
+        asked = replace(rig.get("a"), cancel_requested=True, kill_requested=True)
+        self.assertEqual(rig.launcher.carry_out(asked), "kill")
+        self.assertEqual(rig.signals.sent, [(pid, KILL_SIGNAL, False)])
+        rig.exit("a", signal=9)
+        self.assertEqual(rig.get("a").outcome, "cancelled")
 
     def test_second_cancel_kills_at_once(self):
         rig = Rig(self)

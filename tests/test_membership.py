@@ -44,11 +44,21 @@ class Poller:
         pass
 
 
+class Idle:
+    """A launcher running nothing."""
+
+    def running_count(self):
+        return 0
+
+    def running_ids(self):
+        return []
+
+
 class JudgingTests(unittest.TestCase):
     def setUp(self):
         self.clock = Clock()
         self.store = CutStore()
-        self.node = NodeMembership(self.store, launcher=None, poller=Poller(), timetable=None,
+        self.node = NodeMembership(self.store, launcher=Idle(), poller=Poller(), timetable=None,
                                    clock=self.clock, name="n0", url="http://n0",
                                    timeout=TIMEOUT)
         self.node.start()
@@ -121,6 +131,12 @@ class Launcher:
 
     def running_ids(self):
         return list(self.running)
+
+    def running_count(self):
+        return len(self.running)
+
+    def carry_out(self, record):
+        return None
 
     def drop(self, jobid):
         self.dropped.append(jobid)
@@ -205,7 +221,7 @@ class FenceTests(unittest.TestCase):
         self.polls = []
         poller = Poller()
         poller.poll = lambda: self.polls.append(self.clock.seconds())
-        self.node = NodeMembership(self.store, launcher=None, poller=poller, timetable=None,
+        self.node = NodeMembership(self.store, launcher=Idle(), poller=poller, timetable=None,
                                    clock=self.clock, name="n0", url="http://n0",
                                    timeout=TIMEOUT)
         self.assertFalse(self.node.may_claim())  # not registered yet

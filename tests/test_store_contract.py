@@ -494,7 +494,20 @@ class JobStoreContract:
         yield self.store.add(record("a"))
         yield self.store.claim_next(NODE_A, ["shop"], 1.0)
         yield self.store.mark_cancel_requested("A")
-        self.assertTrue((yield self.store.get("a")).cancel_requested)
+        found = yield self.store.get("a")
+        self.assertEqual((found.cancel_requested, found.kill_requested), (True, False))
+
+    @defer.inlineCallbacks
+    def test_a_kill_request_is_state_no_later_cancel_takes_back(self):
+        yield self.store.add(record("a"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.mark_cancel_requested("a", kill=True)
+        found = yield self.store.get("a")
+        self.assertEqual((found.cancel_requested, found.kill_requested), (True, True))
+        yield self.store.mark_cancel_requested("a")
+        self.assertTrue((yield self.store.get("a")).kill_requested)
+        listed = (yield self.store.jobs())[1]
+        self.assertEqual([(r.id, r.kill_requested) for r in listed], [("a", True)])
 
     # -- cancelling a pending job ----------------------------------------------
 

@@ -341,7 +341,9 @@ class MigrationTests(StoreCase):
     def test_the_versions_and_descriptions_are_sqlites(self):
         from netweir_serve.jobs.store.migrations import SQLITE_MIGRATIONS
         from netweir_serve.jobs.store.postgres_migrations import POSTGRES_MIGRATIONS
-        shared = POSTGRES_MIGRATIONS[:len(SQLITE_MIGRATIONS)]
+        # Every version SQLite has means the same change in PostgreSQL; 5
+        # and 6, the nodes of a cluster, are PostgreSQL's alone.
+        shared = [m for m in POSTGRES_MIGRATIONS if m.version not in (5, 6)]
         self.assertEqual([(m.version, m.what) for m in shared],
                          [(m.version, m.what) for m in SQLITE_MIGRATIONS])
         self.assertEqual([m.version for m in POSTGRES_MIGRATIONS],

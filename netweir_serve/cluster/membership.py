@@ -129,6 +129,10 @@ class NodeMembership:
             self._live_at = beaten_at
             if fenced:
                 self._poller.poll()  # the fence is lifted: claim again now
+            if self._launcher.running_count():
+                # A backstop to the notices: a cancel or kill asked while
+                # they could not be heard is carried out within a beat.
+                yield self._carry_out_requests(self._launcher.running_ids())
             if beaten_at - self._in_touch_since < self._timeout:
                 # In touch again only lately: if the table itself was away
                 # (a restart of PostgreSQL, its network), every node missed
@@ -184,34 +188,43 @@ class NodeMembership:
 
     def _heard(self, notice):
         if notice.kind == notices.CANCEL and notice.node == self.name and notice.jobid:
-            self._cancel_asked_elsewhere(notice.jobid)
+            self._carry_out_requests([notice.jobid])
         elif notice.kind == notices.CHANGED:
-            # Heard again after the LISTEN connection dropped: a cancel asked
-            # meanwhile was not heard, so the table is asked.
-            self._cancels_missed()
+            # Heard again after the LISTEN connection dropped: a cancel or
+            # kill asked meanwhile was not heard, so the table is asked.
+            self._carry_out_requests(self._launcher.running_ids())
         elif notice.kind == notices.SCHEDULE:
             reloaded = self._timetable.reload()
             reloaded.addErrback(lambda f: self.log.failure("could not read the schedules", f))
         if notice.kind in (notices.QUEUED, notices.ENDED, notices.NODE, notices.CHANGED):
             self._poller.poll()
 
+    def _carry_out_requests(self, jobids):
+        """Does what the table asks of these jobs running here: a cancel or
+        a kill asked on another node is state in the job's record
+        (``cancel_requested``, ``kill_requested``), so whichever way this
+        node hears of it (a notice, the LISTEN connection back, its own
+        look at every beat) it does the same, once."""
+        done = self._read_requests(list(jobids))
+        done.addErrback(lambda f: self.log.failure(
+            "could not carry out the cancels asked of this node's jobs", f))
+        return done
+
     @defer.inlineCallbacks
-    def _cancels_missed(self):
-        for jobid in self._launcher.running_ids():
+    def _read_requests(self, jobids):
+        for jobid in jobids:
             try:
                 record = yield self._store.get(jobid)
-            except StoreError:
+            except StoreError as e:
+                self.log.warn("job {jobid}: could not read whether a cancel was asked: {why}",
+                              jobid=jobid, why=e.message)
                 return
-            if record is not None and record.cancel_requested \
-                    and not self._launcher.cancel_requested(jobid):
-                self._cancel_asked_elsewhere(jobid)
-
-    def _cancel_asked_elsewhere(self, jobid):
-        # A first request asks the crawl to stop; one more kills it, as a
-        # second cancel.json does here.
-        if not self._launcher.cancel(jobid):
-            self.log.info("job {jobid}: cancel asked elsewhere, but it does not run here",
-                          jobid=jobid)
+            if record is None:
+                continue
+            done = self._launcher.carry_out(record)
+            if done is not None:
+                self.log.info("job {jobid}: {done} asked through the job table",
+                              jobid=jobid, done=done)
 
     def _stats_changed(self, kind, record):
         if record.state != RUNNING:

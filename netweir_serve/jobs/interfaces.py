@@ -100,8 +100,12 @@ class IJobStore(Interface):
         claim cannot slip in between). Fires with the ended record, or None
         when it was not pending."""
 
-    def mark_cancel_requested(jobid):
-        """Records that a cancel was asked for a running job."""
+    def mark_cancel_requested(jobid, kill=False):
+        """Records that a cancel was asked for a running job, and with
+        ``kill`` that it is to be killed now (``kill_requested``, which no
+        later cancel takes back). The request is state, not an event: the
+        node running the job carries out what the record asks, however it
+        hears of it (a notice, or its own look at the table)."""
 
     def jobs(project=None):
         """(pending, running, finished) lists of JobRecords without stats, of
@@ -300,6 +304,12 @@ class ILauncher(Interface):
     def cancel_requested(jobid):
         """Whether a cancel was asked of the job running here (False when it
         does not run here)."""
+
+    def carry_out(record):
+        """Does what the table's ``record`` of a job running here asks and
+        has not been done here yet (its ``cancel_requested``, then its
+        ``kill_requested``, which skips what is left of the grace period);
+        "cancel", "kill" or None for nothing done."""
 
     def drop(jobid):
         """Kills a job running here whose end another node has already

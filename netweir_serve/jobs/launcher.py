@@ -53,6 +53,7 @@ class RunningJob:
     stats: dict = None
     stats_changed: int = None
     cancel_requested: bool = False
+    killed: bool = False
     stats_call: object = None
     kill_call: object = None
     fallback_call: object = None
@@ -253,6 +254,21 @@ class Launcher:
         job = self._running.get(fold(jobid))
         return job is not None and job.cancel_requested
 
+    def carry_out(self, record):
+        """Does what ``record`` (the table's) asks of the job running here
+        that has not been done yet: a cancel, or a kill (without the grace
+        period left). Returns what it did: "cancel", "kill" or None."""
+        job = self._running.get(fold(record.id))
+        if job is None:
+            return None
+        if record.kill_requested and not job.killed:
+            self._kill(job)
+            return "kill"
+        if record.cancel_requested and not job.cancel_requested:
+            self.cancel(record.id)
+            return "cancel"
+        return None
+
     def running_ids(self):
         """The ids of the jobs running here."""
         return [job.record.id for job in self._running.values()]
@@ -430,10 +446,10 @@ class Launcher:
         if job.kill_call is not None and job.kill_call.active():
             job.kill_call.cancel()
         job.kill_call = None
-        if not job.cancel_requested:
-            job.cancel_requested = True
-            recorded = self._store.mark_cancel_requested(job.record.id)
-            recorded.addErrback(self._not_recorded, job.record.id, "the cancel request")
+        if not job.killed:
+            job.cancel_requested = job.killed = True
+            recorded = self._store.mark_cancel_requested(job.record.id, kill=True)
+            recorded.addErrback(self._not_recorded, job.record.id, "the kill request")
         self.log.info("job {jobid}: killing it and every process it started",
                       jobid=job.record.id)
         # The parent kills the crawl and everything it started, in whatever

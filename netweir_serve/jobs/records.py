@@ -67,6 +67,9 @@ class JobRecord:
     end_time: float = None
     stats: dict = None
     cancel_requested: bool = False
+    # A kill asked (a second cancel, or cancel.json's signal=KILL): what the
+    # node running the job carries out, however it hears of it.
+    kill_requested: bool = False
     reason: str = None
     node: str = None
     # The identity of its process (boot id and start time, _proctree):

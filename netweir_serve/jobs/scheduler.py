@@ -52,10 +52,9 @@ class Scheduler:
         if record is None or record.state != RUNNING:
             return None
         if not self._launcher.cancel(record.id, now=now):
-            # It runs on another node (a shared store): ask through the
-            # table; its node does the cancelling, grace period and kill
-            # included. A cancel with a kill is asked twice, as a second
-            # cancel kills.
-            for _ in range(2 if now or record.cancel_requested else 1):
-                yield self._store.mark_cancel_requested(record.id)
+            # It runs on another node (a shared store): asked through the
+            # table, in one write; its node does the cancelling, grace
+            # period and kill included. A second cancel kills, as here.
+            yield self._store.mark_cancel_requested(
+                record.id, kill=now or record.cancel_requested)
         return RUNNING

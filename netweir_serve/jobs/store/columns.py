@@ -72,7 +72,7 @@ JOB_FIELDS = (
     ("state", PLAIN), ("outcome", PLAIN), ("pid", PLAIN), ("exit_status", PLAIN),
     ("created", PLAIN), ("start_time", PLAIN), ("end_time", PLAIN), ("stats", JSON),
     ("cancel_requested", FLAG), ("reason", PLAIN), ("node", PLAIN), ("proc_start", PLAIN),
-    ("schedule", PLAIN), ("locks", LIST),
+    ("schedule", PLAIN), ("locks", LIST), ("kill_requested", FLAG),
 )
 
 # Each ScheduleRecord field's column (``key`` and ``project_key`` beside them).

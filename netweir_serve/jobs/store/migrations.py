@@ -84,6 +84,10 @@ SQLITE_MIGRATIONS = (
     Migration(4, "the identity of a running job's process, for adoption", (
         "ALTER TABLE jobs ADD COLUMN proc_start TEXT",
     )),
+    # (5 and 6 are PostgreSQL's own: the nodes of a cluster.)
+    Migration(7, "a kill asked of a running job, beside its cancel", (
+        "ALTER TABLE jobs ADD COLUMN kill_requested INTEGER NOT NULL DEFAULT 0",
+    )),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

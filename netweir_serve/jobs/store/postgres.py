@@ -507,10 +507,11 @@ class PostgresJobStore(ScheduleTable):
 
         return self._write(cancel)
 
-    def mark_cancel_requested(self, jobid):
+    def mark_cancel_requested(self, jobid, kill=False):
         def requested(tx):
-            row = tx.one("UPDATE jobs SET cancel_requested = true WHERE key = %s"
-                         " RETURNING id, node", (fold(jobid),))
+            row = tx.one("UPDATE jobs SET cancel_requested = true,"
+                         " kill_requested = kill_requested OR %s WHERE key = %s"
+                         " RETURNING id, node", (bool(kill), fold(jobid)))
             if row is not None:
                 tx.changed(CANCEL, *row)
 

@@ -4,8 +4,8 @@ The versions are SQLite's (migrations.SQLITE_MIGRATIONS), with the same
 numbers and descriptions: a version means the same change on both
 backends, written in each one's DDL. Version 5, the nodes of a cluster, is
 PostgreSQL's own (an SQLite table has one service and no nodes), and so
-is version 6, the projects each node serves; the next migration of both
-backends is 7. The ``schema_version`` table holds
+is version 6, the projects each node serves; from 7 on the versions are
+both backends' again (SQLite skips 5 and 6). The ``schema_version`` table holds
 how many have been applied, as ``PRAGMA user_version`` does for SQLite.
 Append a migration, never edit one that has landed.
 """
@@ -111,6 +111,9 @@ POSTGRES_MIGRATIONS = (
         # A JSON list of folded project names, written at registration:
         # the listings say when no live node serves a pending job's project.
         "ALTER TABLE nodes ADD COLUMN projects text NOT NULL DEFAULT '[]'",
+    )),
+    _as_sqlite(7, (
+        "ALTER TABLE jobs ADD COLUMN kill_requested boolean NOT NULL DEFAULT false",
     )),
 )
 

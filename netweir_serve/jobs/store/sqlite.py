@@ -500,9 +500,11 @@ class SQLiteJobStore(ScheduleTable):
 
         return self._write(cancel)
 
-    def mark_cancel_requested(self, jobid):
+    def mark_cancel_requested(self, jobid, kill=False):
         def requested(db):
-            db.execute("UPDATE jobs SET cancel_requested = 1 WHERE key = ?", (fold(jobid),))
+            db.execute("UPDATE jobs SET cancel_requested = 1,"
+                       " kill_requested = MAX(kill_requested, ?) WHERE key = ?",
+                       (int(kill), fold(jobid)))
 
         return self._write(requested)
 
