@@ -47,7 +47,7 @@ def build(directory):
 def fill(store, count):
     """``count`` finished jobs, added, claimed and ended through the store's
     interface (the SQLite store's Deferreds have fired when it returns)."""
-    from netweir_serve.jobs.records import JobRecord
+    from netweir_serve.store.records import JobRecord
 
     now = time.time()
     for n in range(count):

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 from twisted.python import usage
 
 from . import __version__
-from .jobs.records import OUTCOMES
+from .store.records import OUTCOMES
 from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_listener
-from .jobs.store import store_location
+from .store import store_location
 from .names import name_problem
 from .projects import ProjectError, ProjectTable, parse_project
 from .schedules.times import local_zone_name

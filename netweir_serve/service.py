@@ -19,7 +19,7 @@ from .options import exposed_refusal
 from . import _proctree
 from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
 from .jobs.events import CHANGED, ENDED, QUEUED, JobEvents
-from .jobs.records import FINISHED
+from .store.records import FINISHED
 from .jobs.history import StatsHistory
 from .jobs.launcher import Launcher
 from .jobs.notify import Notifier
@@ -27,12 +27,12 @@ from .jobs.process import job_environment
 from .jobs.poller import Poller
 from .jobs.pruning import Pruner
 from .jobs.scheduler import Scheduler
-from .jobs.store import open_store
-from .jobs.store.migrations import NewerSchema
+from .store import open_store
+from .store.migrations import NewerSchema
 from .jobs.submit import JobSubmitter
 from .cluster.jobs import ClusterJobs
 from .cluster.membership import NodeMembership
-from .jobs.records import NodeNameTaken, StoreError
+from .store.records import NodeNameTaken, StoreError
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .watching.builds import ListingBuilds

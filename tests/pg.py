@@ -64,7 +64,7 @@ def database_url():
         with _admin(psycopg, server) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error as e:
-        from netweir_serve.jobs.store.postgres import shown
+        from netweir_serve.store.postgres import shown
         _database["error"] = (f"no PostgreSQL server to test against at {shown(server)}:"
                               f" {str(e).strip().splitlines()[0] if str(e).strip() else e}")
         _unavailable(_database["error"])

@@ -37,8 +37,8 @@ from netweir_serve.jobs.events import ENDED, JobEvents
 from netweir_serve.jobs.files import job_files, read_exit_status
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
 from netweir_serve.jobs.process import CANCEL_SIGNAL, KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark
-from netweir_serve.jobs.records import JobRecord
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import JobRecord
+from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
 
 from .fakes import FakeProcessReactor, SignalLog

@@ -469,7 +469,7 @@ class NodeDeathTests(ClusterTestCase):
         # Restarted, it ends its lost jobs' processes and serves again,
         # saying that it comes back from the dead and which table it shares.
         n0.start()
-        from netweir_serve.jobs.store.postgres import shown
+        from netweir_serve.store.postgres import shown
         self.assertEqual(n0.output().count("node n0 rejoins the cluster at http://"), 1)
         self.assertIn(f"job table {shown(self.jobs_db)}, shared,"
                       f" as node n0 at http://127.0.0.1:{n0.port};", n0.output())

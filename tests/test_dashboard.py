@@ -24,8 +24,8 @@ from datetime import datetime
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import JobRecord
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import JobRecord
+from netweir_serve.store.sqlite import SQLiteJobStore
 
 from netweir_serve.web.pages import PAGE_TIME
 

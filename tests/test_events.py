@@ -16,9 +16,9 @@ from twisted.web.server import Site
 
 from netweir_serve.cluster.jobs import ClusterJobs
 from netweir_serve.jobs.events import CHANGED, ENDED, QUEUED, STARTED, JobEvents
-from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord, StoreError
-from netweir_serve.jobs.store import notices
-from netweir_serve.jobs.store.notices import StoreNotice
+from netweir_serve.store.records import FINISHED, PENDING, RUNNING, JobRecord, StoreError
+from netweir_serve.store import notices
+from netweir_serve.store.notices import StoreNotice
 from netweir_serve.web.events import KEEPALIVE, EventHub, Events
 from netweir_serve.web.guard import GuardedResource
 from netweir_serve.web.limits import limit

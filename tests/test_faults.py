@@ -24,8 +24,8 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from netweir_serve.jobs.launcher import END_RETRY_DELAY
-from netweir_serve.jobs.records import JobRecord, StoreError
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import JobRecord, StoreError
+from netweir_serve.store.sqlite import SQLiteJobStore
 
 from .processes import alive, kill_groups, wait_until
 from .test_jobs import CrawlTestCase

@@ -9,7 +9,7 @@ from twisted.trial import unittest
 from netweir_serve.jobs.events import CHANGED, ENDED, JobEvents
 from netweir_serve.jobs.files import delete_files, files_of
 from netweir_serve.jobs.history import StatsHistory, read_history
-from netweir_serve.jobs.records import FINISHED, RUNNING, JobRecord
+from netweir_serve.store.records import FINISHED, RUNNING, JobRecord
 
 
 def job(**changes):

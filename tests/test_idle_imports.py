@@ -33,7 +33,7 @@ NEVER_IDLE = (
     "twisted.web.client", "twisted.web._newclient",  # a shared table, --notify
     "twisted.web.proxy",                             # a file on another node
     "twisted.web.static", "netweir_serve.web.jobfile",  # the first file asked for
-    "psycopg", "netweir_serve.jobs.store.postgres",  # --jobs-db postgresql://
+    "psycopg", "netweir_serve.store.postgres",  # --jobs-db postgresql://
     "cronsim", "fractions",                          # a schedule's rule
     "netweir",                                       # only in the reader and jobs
 )

@@ -12,16 +12,16 @@ from zope.interface.verify import verifyClass
 
 from netweir_serve.jobs.events import CHANGED, ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.files import job_files
-from netweir_serve.jobs.interfaces import (
-    IJobStore, ILauncher, IPoller, IScheduler, IScheduleStore, ISpiderReader)
+from netweir_serve.jobs.interfaces import ILauncher, IPoller, IScheduler, ISpiderReader
+from netweir_serve.store.interfaces import IJobStore, IScheduleStore
 from netweir_serve.jobs import launcher as launcher_module
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
 from netweir_serve.jobs.process import (
     KILL_SIGNAL, RUN_MARK_VARIABLE, job_environment, run_mark)
 from netweir_serve.jobs.poller import Poller
-from netweir_serve.jobs.records import JobRecord, StoreError
+from netweir_serve.store.records import JobRecord, StoreError
 from netweir_serve.jobs.scheduler import Scheduler
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
 from netweir_serve.spiders.reader import SpiderReader
 

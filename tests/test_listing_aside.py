@@ -11,8 +11,8 @@ from twisted.internet import reactor, threads
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import JobRecord
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import JobRecord
+from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.web.api import Api, ListJobs
 
 

@@ -12,7 +12,7 @@ from twisted.trial import unittest
 from twisted.web.test.requesthelper import DummyRequest
 
 from netweir_serve.jobs.files import job_files
-from netweir_serve.jobs.records import FINISHED, RUNNING, JobRecord
+from netweir_serve.store.records import FINISHED, RUNNING, JobRecord
 from netweir_serve.web.liststats import LOGPARSER_VERSION, LogParserStats, job_stats
 
 START = datetime(2026, 1, 2, 3, 4, 0).timestamp()

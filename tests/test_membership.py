@@ -6,7 +6,7 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from netweir_serve.cluster.membership import NodeMembership
-from netweir_serve.jobs.records import StoreError
+from netweir_serve.store.records import StoreError
 
 TIMEOUT = 6.0
 BEAT = TIMEOUT / 6

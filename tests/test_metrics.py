@@ -11,8 +11,8 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from netweir_serve.jobs.events import ENDED, QUEUED, STARTED, JobEvents
-from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, STATES, JobRecord, StoreError
-from netweir_serve.schedules.records import ScheduleRecord
+from netweir_serve.store.records import FINISHED, PENDING, RUNNING, STATES, JobRecord, StoreError
+from netweir_serve.store.schedule_records import ScheduleRecord
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from prometheus_client import generate_latest
 

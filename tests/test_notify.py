@@ -17,7 +17,7 @@ from twisted.web.server import Site
 
 from netweir_serve.jobs.events import ENDED, JobEvents
 from netweir_serve.jobs.notify import Notifier, signature, summary
-from netweir_serve.jobs.records import FINISHED, JobRecord
+from netweir_serve.store.records import FINISHED, JobRecord
 from netweir_serve.web.views import job_entry
 
 from .processes import wait_until

@@ -17,7 +17,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from netweir_serve import __version__
-from netweir_serve.jobs.records import FINISHED, PENDING, RUNNING, JobRecord
+from netweir_serve.store.records import FINISHED, PENDING, RUNNING, JobRecord
 from netweir_serve.web.listings import file_size, listing_html
 from netweir_serve.web.pages import Jobs, home_html, job_row
 

@@ -7,7 +7,8 @@ import os
 from twisted.trial import unittest
 
 from netweir_serve.jobs import policies
-from netweir_serve.jobs.records import JobRecord
+from netweir_serve.store import runpolicy
+from netweir_serve.store.records import JobRecord
 
 
 def job(jobid, spider="books", locks=(), priority=0.0, project="shop"):
@@ -40,13 +41,13 @@ class LockTests(unittest.TestCase):
     def test_why_a_job_waits(self):
         data = os.path.abspath(self.mktemp())
         lock = policies.path_locks("shop", data, [("cache", "c")])
-        held = policies.RunningSet([job("first", locks=lock)])
+        held = runpolicy.RunningSet([job("first", locks=lock)])
         self.assertIn("cache", held.waits_for(job("second", locks=lock)))
         self.assertIn("job first", held.waits_for(job("second", locks=lock)))
         self.assertIsNone(held.waits_for(job("free")))
         self.assertIn("--max-jobs-per-spider", held.waits_for(job("third"), max_per_spider=1))
         self.assertIsNone(held.waits_for(job("other", spider="news"), max_per_spider=1))
-        queued = policies.RunningSet([job("s-1", locks=(policies.schedule_lock("Nightly"),))])
+        queued = runpolicy.RunningSet([job("s-1", locks=(policies.schedule_lock("Nightly"),))])
         self.assertIn("schedule nightly",
                       queued.waits_for(job("s-2", locks=(policies.schedule_lock("nightly"),))))
 
@@ -58,7 +59,7 @@ class LockTests(unittest.TestCase):
         os.makedirs(os.path.join(data, "books"))
         os.symlink("books", os.path.join(data, "alias"))
         lock = policies.path_locks("shop", data, [("checkpoint", "./alias/")])
-        held = policies.RunningSet([job("first", locks=lock)],
+        held = runpolicy.RunningSet([job("first", locks=lock)],
                                    data_dir_of=lambda project: os.path.join(root, "data", project))
         why = held.waits_for(job("second", locks=lock))
         self.assertEqual(why, "the data directory books (of a checkpoint, deltafetch or cache"
@@ -66,7 +67,7 @@ class LockTests(unittest.TestCase):
         self.assertNotIn(root, why)
         nested = policies.path_locks("shop", data, [("cache", "a/b")])
         self.assertIn("the data directory a/b (",
-                      policies.RunningSet([job("first", locks=nested)], data_dir_of=lambda p: data)
+                      runpolicy.RunningSet([job("first", locks=nested)], data_dir_of=lambda p: data)
                       .waits_for(job("second", locks=nested)))
 
 
@@ -74,11 +75,11 @@ class ServedTests(unittest.TestCase):
     def test_a_job_of_a_project_no_live_node_serves_says_it_waits_for_one(self):
         nodes = [{"name": "a", "dead": False, "projects": ["shop"]},
                  {"name": "b", "dead": True, "projects": ["news"]}]
-        served = policies.ServedProjects.of_nodes(nodes)
+        served = runpolicy.ServedProjects.of_nodes(nodes)
         self.assertIsNone(served.waits_for(job("1", project="Shop")))
         self.assertEqual(served.waits_for(job("2", project="news")),
                          "a node that serves project news: no live node has --project news")
-        alone = policies.ServedProjects(["Shop"], shared=False)
+        alone = runpolicy.ServedProjects(["Shop"], shared=False)
         self.assertIsNone(alone.waits_for(job("3", project="shop")))
         self.assertEqual(alone.waits_for(job("4", project="news")),
                          "a service that serves project news: this one was started without"

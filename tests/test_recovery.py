@@ -3,8 +3,8 @@
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import JobRecord
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import JobRecord
+from netweir_serve.store.sqlite import SQLiteJobStore
 
 
 class UnsharedTableTests(unittest.TestCase):

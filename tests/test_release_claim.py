@@ -7,8 +7,8 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import JobRecord
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import JobRecord
+from netweir_serve.store.sqlite import SQLiteJobStore
 
 
 class ReleaseContract:
@@ -54,7 +54,7 @@ class PostgresReleaseTests(ReleaseContract, unittest.TestCase):
     def make_store(self):
         from twisted.internet import reactor
 
-        from netweir_serve.jobs.store.postgres import PostgresJobStore
+        from netweir_serve.store.postgres import PostgresJobStore
 
         from . import pg
         return PostgresJobStore.opened(pg.fresh_url(self), reactor)

@@ -145,8 +145,8 @@ class UnservedProjectTests(unittest.TestCase):
     def test_a_pending_job_of_a_project_no_longer_served_waits_and_says_why(self):
         from twisted.internet.task import Clock
 
-        from netweir_serve.jobs.records import JobRecord
-        from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+        from netweir_serve.store.records import JobRecord
+        from netweir_serve.store.sqlite import SQLiteJobStore
         base = tempfile.mkdtemp(prefix="unserved-", dir=os.getcwd())
         directory = os.path.join(base, "dir")
         os.makedirs(directory)

@@ -1,4 +1,4 @@
-"""The SQLite store on its own thread (jobs/store/sqlite_runner.SQLiteThread),
+"""The SQLite store on its own thread (store/sqlite_runner.SQLiteThread),
 with the real reactor: the reactor goes on while a statement runs, answers
 keep the order they were asked in, a write cancelled while it waits is never
 made, a locked file holds writes back without losing any, and close waits
@@ -13,10 +13,10 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import JobRecord, StoreError
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
-from netweir_serve.jobs.store.sqlite_runner import SQLiteThread
-from netweir_serve.schedules.records import DuplicateSchedule, ScheduleRecord
+from netweir_serve.store.records import JobRecord, StoreError
+from netweir_serve.store.sqlite import SQLiteJobStore
+from netweir_serve.store.sqlite_runner import SQLiteThread
+from netweir_serve.store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 # Long enough that a store answering on the reactor thread could not hide
 # it; the tests never wait it out when the store is right.

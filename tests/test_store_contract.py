@@ -22,11 +22,11 @@ from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from netweir_serve.jobs import policies
-from netweir_serve.jobs.interfaces import IClusterStore, IJobStore, IScheduleStore
-from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
-from netweir_serve.jobs.store import notices, open_store
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
-from netweir_serve.schedules.records import DuplicateSchedule, ScheduleRecord
+from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleStore
+from netweir_serve.store.records import DuplicateJob, JobRecord, StoreError
+from netweir_serve.store import notices, open_store
+from netweir_serve.store.sqlite import SQLiteJobStore
+from netweir_serve.store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 NODE_A, NODE_B = "node-a", "node-b"
 
@@ -250,7 +250,7 @@ class JobStoreContract:
             self.assertEqual(found.state, "running")
             self.assertIn(jobid, claimed[found.node])
 
-    # -- run policies (jobs.policies), as every backend's claim applies them ---
+    # -- run policies (store.runpolicy), as every backend's claim applies them ---
 
     @defer.inlineCallbacks
     def claim_ids(self, limits, node=NODE_A, projects=("shop",)):
@@ -1112,7 +1112,7 @@ class ScheduleStoreContract:
 _CLAIMER = r"""
 import os, sys, time
 from twisted.internet import defer, task
-from netweir_serve.jobs.store import open_store
+from netweir_serve.store import open_store
 
 @defer.inlineCallbacks
 def main(reactor, url, directory, node, go):
@@ -1205,7 +1205,7 @@ class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract,
         return super().setUp()
 
     def make_store(self):
-        from netweir_serve.jobs.store.postgres import PostgresJobStore
+        from netweir_serve.store.postgres import PostgresJobStore
         return PostgresJobStore.opened(self.url, self.reactor)
 
     make_second_store = make_store

@@ -11,9 +11,9 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import DuplicateJob, JobRecord
-from netweir_serve.jobs.store import migrations
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import DuplicateJob, JobRecord
+from netweir_serve.store import migrations
+from netweir_serve.store.sqlite import SQLiteJobStore
 
 from .processes import ROOT, free_port
 

@@ -13,11 +13,11 @@ from twisted.protocols import portforward
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
-from netweir_serve.jobs.interfaces import IClusterStore, IJobStore, IScheduleStore
-from netweir_serve.jobs.records import JobRecord, NodeNameTaken, StoreError
-from netweir_serve.jobs.store import notices, open_store
-from netweir_serve.jobs.store.migrations import NewerSchema
-from netweir_serve.schedules.records import ScheduleRecord
+from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleStore
+from netweir_serve.store.records import JobRecord, NodeNameTaken, StoreError
+from netweir_serve.store import notices, open_store
+from netweir_serve.store.migrations import NewerSchema
+from netweir_serve.store.schedule_records import ScheduleRecord
 
 from . import pg
 
@@ -53,7 +53,7 @@ class StoreCase(unittest.TestCase):
 
     @defer.inlineCallbacks
     def open(self, url=None, **options):
-        from netweir_serve.jobs.store.postgres import PostgresJobStore
+        from netweir_serve.store.postgres import PostgresJobStore
         options.setdefault("reconnect_delays", FAST_RECONNECT)
         store = yield PostgresJobStore.opened(url or self.url, reactor, **options)
         self.addCleanup(store.close)
@@ -272,7 +272,7 @@ class MigrationTests(StoreCase):
 
     @defer.inlineCallbacks
     def test_from_nothing_to_the_latest_then_nothing_more(self):
-        from netweir_serve.jobs.store.postgres_migrations import POSTGRES_LATEST
+        from netweir_serve.store.postgres_migrations import POSTGRES_LATEST
         self.assertEqual(self.tables(), [])
         store = yield self.open()
         self.assertEqual(self.tables(),
@@ -287,8 +287,8 @@ class MigrationTests(StoreCase):
     @defer.inlineCallbacks
     def test_the_nodes_of_a_version_5_table_serve_nothing_until_they_register_again(self):
         import psycopg
-        from netweir_serve.jobs.store import postgres
-        from netweir_serve.jobs.store.postgres_migrations import POSTGRES_MIGRATIONS
+        from netweir_serve.store import postgres
+        from netweir_serve.store.postgres_migrations import POSTGRES_MIGRATIONS
         with psycopg.connect(postgres.conninfo_of(self.url), autocommit=True) as conn:
             conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
             conn.execute("INSERT INTO schema_version (version) VALUES (5)")
@@ -305,8 +305,8 @@ class MigrationTests(StoreCase):
 
     def test_two_migrating_at_once_both_succeed_and_it_is_done_once(self):
         import psycopg
-        from netweir_serve.jobs.store import postgres
-        from netweir_serve.jobs.store.postgres_migrations import migrate_postgres
+        from netweir_serve.store import postgres
+        from netweir_serve.store.postgres_migrations import migrate_postgres
         conninfo = postgres.conninfo_of(self.url)
         go = threading.Barrier(3)
         applied, errors = [], []
@@ -325,13 +325,13 @@ class MigrationTests(StoreCase):
         for t in threads:
             t.join(60)
         self.assertEqual(errors, [])
-        from netweir_serve.jobs.store.postgres_migrations import POSTGRES_LATEST
+        from netweir_serve.store.postgres_migrations import POSTGRES_LATEST
         self.assertEqual(sorted(applied, key=len),
                          [[], [], list(range(1, POSTGRES_LATEST + 1))])
 
     @defer.inlineCallbacks
     def test_a_schema_from_a_newer_netweir_serve_is_refused(self):
-        from netweir_serve.jobs.store.postgres import PostgresJobStore
+        from netweir_serve.store.postgres import PostgresJobStore
         store = yield self.open()
         yield store.close()
         self.sql("UPDATE schema_version SET version = 99")
@@ -339,8 +339,8 @@ class MigrationTests(StoreCase):
         self.assertIn("99", str(error))
 
     def test_the_versions_and_descriptions_are_sqlites(self):
-        from netweir_serve.jobs.store.migrations import SQLITE_MIGRATIONS
-        from netweir_serve.jobs.store.postgres_migrations import POSTGRES_MIGRATIONS
+        from netweir_serve.store.migrations import SQLITE_MIGRATIONS
+        from netweir_serve.store.postgres_migrations import POSTGRES_MIGRATIONS
         # Every version SQLite has means the same change in PostgreSQL; 5
         # and 6, the nodes of a cluster, are PostgreSQL's alone.
         shared = [m for m in POSTGRES_MIGRATIONS if m.version not in (5, 6)]
@@ -434,7 +434,7 @@ class LostConnectionTests(StoreCase):
 
     @defer.inlineCallbacks
     def test_a_server_that_does_not_answer_is_a_store_error_with_a_sentence(self):
-        from netweir_serve.jobs.store.postgres import PostgresJobStore
+        from netweir_serve.store.postgres import PostgresJobStore
         listening = protocol.ServerFactory()
         port = reactor.listenTCP(0, listening, interface="127.0.0.1")
         number = port.getHost().port
@@ -479,7 +479,7 @@ class CommitTests(StoreCase):
         # A trigger run at COMMIT ends its own connection, as a server
         # going away at that moment would: the store cannot know whether
         # the change was made, says so, and does not try it again.
-        from netweir_serve.jobs.store.postgres import CommitUnknown
+        from netweir_serve.store.postgres import CommitUnknown
         store = yield self.open()
         self.sql("""CREATE FUNCTION doom() RETURNS trigger LANGUAGE plpgsql AS $$
                     BEGIN PERFORM pg_terminate_backend(pg_backend_pid());

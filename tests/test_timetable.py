@@ -12,11 +12,11 @@ from twisted.internet import task
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.jobs.records import DuplicateJob, JobRecord, StoreError
-from netweir_serve.jobs.store.sqlite import SQLiteJobStore
+from netweir_serve.store.records import DuplicateJob, JobRecord, StoreError
+from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.jobs.submit import JobRefused, UnknownProject
 from netweir_serve.projects import Project, ProjectTable
-from netweir_serve.schedules.records import DuplicateSchedule
+from netweir_serve.store.schedule_records import DuplicateSchedule
 from netweir_serve.schedules.timetable import ScheduleRefused, ScheduleRequest, Timetable
 
 

@@ -20,8 +20,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..jobs.events import CHANGED, ENDED, KINDS, QUEUED, STARTED
-from ..jobs.records import FINISHED, PENDING, StoreError
-from ..jobs.store import notices
+from ..store.records import FINISHED, PENDING, StoreError
+from ..store import notices
 from ..names import fold
 
 log = Logger()

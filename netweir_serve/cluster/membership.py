@@ -26,8 +26,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from ..jobs.events import CHANGED, ENDED
-from ..jobs.records import FINISHED, RUNNING, StoreError
-from ..jobs.store import notices
+from ..store.records import FINISHED, RUNNING, StoreError
+from ..store import notices
 
 # Heartbeats per node timeout: a node is declared dead after missing about
 # this many in a row.

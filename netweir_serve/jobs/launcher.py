@@ -26,7 +26,7 @@ from .process import (
     CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
     private_arguments, remove_quietly, run_mark, send_signal, watch_exit,
     write_private_file)
-from .records import FINISHED, StoreError
+from ..store.records import FINISHED, StoreError
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps

@@ -29,7 +29,7 @@ from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
 from .events import ENDED
-from .records import OUTCOMES
+from ..store.records import OUTCOMES
 
 RETRY_DELAYS = (1.0, 5.0, 25.0)
 TIMEOUT_SECONDS = 10.0

@@ -6,25 +6,21 @@ crawls writing one would corrupt it), and, for the jobs of a schedule with
 ``overlap=queue``, the schedule itself. A pending job waits while a running
 job holds any of its locks, or while its spider already has
 ``max_per_spider`` running jobs; it holds no slot meanwhile, and the next
-job that may run takes the slot. The store's claim and the listings both
-ask this module, so what waits and what listjobs says agree.
+job that may run takes the slot.
 
-A node claims only jobs of the projects it serves (its ``--project``
-options): a job of a project no live node serves waits until one does,
-and the listings say so (``ServedProjects``).
+What a claim does with the locks is store.runpolicy's: the store's claim
+and the listings both ask it, so what waits and what listjobs says agree.
 """
 
 import os
 
 from ..names import fold
+from ..store.runpolicy import PATH, SCHEDULE
 from . import datapaths
 
 # The settings whose directory a crawl reads and rewrites as it goes; warc
 # and har are files a crawl only appends to, named per job by users.
 EXCLUSIVE_SETTINGS = ("checkpoint", "deltafetch", "cache")
-
-_PATH = "path"
-_SCHEDULE = "schedule"
 
 
 def path_locks(project, data_dir, settings):
@@ -38,96 +34,10 @@ def path_locks(project, data_dir, settings):
             # Through symlinks (datapaths keeps them inside data_dir): two
             # names of one directory are one lock.
             path = os.path.realpath(datapaths.resolve(data_dir, key, value))
-            locks.append(f"{_PATH}:{fold(project)}:{path}")
+            locks.append(f"{PATH}:{fold(project)}:{path}")
     return tuple(sorted(set(locks)))
 
 
 def schedule_lock(name):
     """The lock every job of an ``overlap=queue`` schedule holds."""
-    return f"{_SCHEDULE}:{fold(name)}"
-
-
-def _shown(lock, data_dir):
-    """The lock as listjobs says it. A path lock is the absolute path (the
-    lock must stay the same string it always was: both stores compare locks
-    as strings, old jobs' included), shown relative to ``data_dir``, the
-    project's data directory, as the settings name it: the server's own
-    paths are none of a client's business. A path outside it (a node with
-    another --dir queued the job) is shown as it is."""
-    kind, _, rest = lock.partition(":")
-    if kind == _SCHEDULE:
-        return f"schedule {rest}"
-    _project, _, path = rest.partition(":")
-    if data_dir is not None:
-        inside = os.path.relpath(path, os.path.realpath(data_dir))
-        if inside != os.pardir and not inside.startswith(os.pardir + os.sep):
-            path = inside
-    return f"the data directory {path} (of a checkpoint, deltafetch or cache setting)"
-
-
-class RunningSet:
-    """What the running jobs hold: their locks, and how many run per spider.
-    ``data_dir_of(project)`` (a project's data directory, or None), where
-    given, is what paths are shown relative to."""
-
-    def __init__(self, running=(), data_dir_of=None):
-        self._holders = {}
-        self._per_spider = {}
-        self._data_dir_of = data_dir_of or (lambda project: None)
-        for record in running:
-            self.add(record)
-
-    def add(self, record):
-        for lock in record.locks:
-            self._holders.setdefault(lock, record.id)
-        spider = (fold(record.project), record.spider)
-        self._per_spider[spider] = self._per_spider.get(spider, 0) + 1
-
-    def waits_for(self, record, max_per_spider=None):
-        """Why ``record`` (pending) may not start now, as a sentence for
-        listjobs.json, or None when it may."""
-        for lock in record.locks:
-            holder = self._holders.get(lock)
-            if holder is not None:
-                return (f"{_shown(lock, self._data_dir_of(record.project))} is in use by"
-                        f" job {holder}")
-        if max_per_spider is not None:
-            running = self._per_spider.get((fold(record.project), record.spider), 0)
-            if running >= max_per_spider:
-                return (f"spider {record.project}/{record.spider} has {running} running"
-                        f" job(s), the most --max-jobs-per-spider allows")
-        return None
-
-
-def first_that_may_run(running, pending, max_per_spider=None):
-    """Of ``pending`` (records, in the order they would start) the first
-    that may start beside ``running`` (records), or None: the decision of
-    every backend's claim (IJobStore.claim_next)."""
-    held = RunningSet(running)
-    return next((record for record in pending
-                 if held.waits_for(record, max_per_spider) is None), None)
-
-
-class ServedProjects:
-    """The projects some live node serves, for saying that a pending job
-    of any other waits for a node that serves it."""
-
-    def __init__(self, names, shared):
-        self._folded = frozenset(fold(name) for name in names)
-        self._shared = shared
-
-    @classmethod
-    def of_nodes(cls, nodes):
-        """From IClusterStore.nodes(): what the nodes not declared dead serve."""
-        return cls((p for node in nodes if not node["dead"] for p in node["projects"]),
-                   shared=True)
-
-    def waits_for(self, record):
-        """Why ``record`` (pending) cannot start anywhere, or None."""
-        if fold(record.project) in self._folded:
-            return None
-        if self._shared:
-            return (f"a node that serves project {record.project}: no live node has"
-                    f" --project {record.project}")
-        return (f"a service that serves project {record.project}: this one was started"
-                f" without --project {record.project}")
+    return f"{SCHEDULE}:{fold(name)}"

@@ -7,7 +7,7 @@ from zope.interface import implementer
 
 from ..names import fold
 from .interfaces import IPoller
-from .records import StoreError
+from ..store.records import StoreError
 
 # How long (the reactor's seconds) a claim that failed is looked for in the
 # table: its COMMIT may have reached the table with its answer lost, and a

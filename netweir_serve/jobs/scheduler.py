@@ -6,7 +6,7 @@ from zope.interface import implementer
 from ..names import new_job_id
 from .events import ENDED, QUEUED
 from .interfaces import IScheduler
-from .records import PENDING, RUNNING, JobRecord
+from ..store.records import PENDING, RUNNING, JobRecord
 
 
 @implementer(IScheduler)

@@ -16,7 +16,7 @@ from twisted.internet import defer
 from ..names import spelled_settings
 from ..spiders.runners import InspectError
 from . import datapaths, policies
-from .records import DuplicateJob, Refusal
+from ..store.records import DuplicateJob, Refusal
 
 
 class SubmitRefused(Refusal):

@@ -25,11 +25,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..jobs import policies
-from ..jobs.records import DuplicateJob, Refusal
+from ..store.records import DuplicateJob, Refusal
 from ..jobs.submit import JobRequest, SubmitRefused
 from ..names import MAX_NAME_LENGTH, fold, name_problem
 from . import times
-from .records import DuplicateSchedule, ScheduleRecord
+from ..store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 # A schedule's jobs are named NAME-YYYYMMDDTHHMMSSZ: 17 more characters,
 # which must still pass the name rule.

@@ -3,7 +3,7 @@
 from twisted.internet import defer
 
 from ..jobs.history import read_history
-from ..jobs.policies import RunningSet, ServedProjects
+from ..store.runpolicy import RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold
 from ..watching.builds import ListingBuilds

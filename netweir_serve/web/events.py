@@ -49,7 +49,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
-from ..jobs.records import FINISHED, RUNNING
+from ..store.records import FINISHED, RUNNING
 from ..names import fold
 from .answer import write_error
 from .pages import refuse_method

@@ -28,7 +28,7 @@ import os
 from datetime import datetime, timedelta
 
 from ..jobs.files import files_of, read_stats
-from ..jobs.records import RUNNING
+from ..store.records import RUNNING
 from ..names import fold
 from .answer import encode
 from .endpoint import JsonEndpoint

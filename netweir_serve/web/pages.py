@@ -22,7 +22,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
-from ..jobs.records import FINISHED, PENDING, RUNNING
+from ..store.records import FINISHED, PENDING, RUNNING
 from .answer import write_error
 from .cache import VersionCache
 from .dashboard import dashboard_section, static_files

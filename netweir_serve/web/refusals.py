@@ -1,8 +1,8 @@
 """How the core's refusals are answered: an HTTP status for each kind."""
 
-from ..jobs.records import DuplicateJob, StoreError
+from ..store.records import DuplicateJob, StoreError
 from ..jobs.submit import SubmitRefused, UnknownProject
-from ..schedules.records import DuplicateSchedule
+from ..store.schedule_records import DuplicateSchedule
 from ..schedules.timetable import ScheduleRefused, UnknownSchedule
 from ..spiders.runners import InspectError
 from .params import ApiError

@@ -3,7 +3,7 @@
 import re
 from datetime import datetime
 
-from ..jobs.records import FINISHED, PENDING, RUNNING
+from ..store.records import FINISHED, PENDING, RUNNING
 from ..schedules.times import iso_time
 
 
@@ -45,7 +45,7 @@ def shown_settings(pairs):
 
 def job_entry(record, waits_for=None):
     """One job of listjobs.json; ``waits_for`` says why a pending job may
-    not start yet (jobs.policies)."""
+    not start yet (store.runpolicy)."""
     entry = _job_entry(record)
     if record.node is not None:
         # The node that runs or ran it (several may share a job table).

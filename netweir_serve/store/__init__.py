@@ -2,7 +2,7 @@
 
 import os
 
-from ..records import StoreError
+from .records import StoreError
 from .sqlite import SQLiteJobStore
 from .sqlite_runner import SQLiteThread
 

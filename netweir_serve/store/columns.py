@@ -108,7 +108,7 @@ CLAIM_FIRING = (
     " AND (last_due IS NULL OR CAST(%(due)s AS DOUBLE PRECISION) IS NULL"
     " OR last_due < %(due)s)")
 
-# What the run policies ask of a job (jobs.policies), for a claim.
+# What the run policies ask of a job (store.runpolicy), for a claim.
 POLICY_FIELDS = ("seq", "id", "project", "spider", "spider_file", "locks")
 
 

@@ -28,10 +28,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ...names import fold
-from ..interfaces import IJobStore, IScheduleStore
-from ..records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
-from ..policies import first_that_may_run
+from ..names import fold
+from .interfaces import IJobStore, IScheduleStore
+from .records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
+from .runpolicy import first_that_may_run
 from .columns import (
     JOB_FIELDS, POLICY_FIELDS, SCHEDULE_FIELDS, SQLITE_KINDS, TALLY, claim_candidates,
     columns_of, dump_json, record_of, select_list, without)
@@ -60,7 +60,7 @@ COLUMNS = columns_of(JOB_FIELDS, SQLITE_KINDS)
 # Listings never show stats, the one large column: they neither read nor decode it.
 LISTED = without(COLUMNS, "stats")
 
-# What the run policies ask of a job (jobs.policies), for a claim.
+# What the run policies ask of a job (store.runpolicy), for a claim.
 _POLICY = tuple(c for c in COLUMNS if c.name in POLICY_FIELDS)
 
 # The finished jobs --keep counts: all of them, or (given a node) that

@@ -6,7 +6,7 @@ one psycopg connection per thread, so the reactor never waits for the
 database: every method answers with a Deferred that fires later. Every
 change is one transaction, which also moves the store-wide version on
 (``store_meta``, one row) and sends a NOTIFY per thing changed
-(jobs.store.notices); each store LISTENs on a connection of its own that
+(store.notices); each store LISTENs on a connection of its own that
 the reactor watches (postgres_listen), so it keeps ``version`` current and
 tells ``on_notice`` callbacks what the other nodes did within milliseconds.
 
@@ -29,10 +29,10 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ...names import fold
-from ..interfaces import IClusterStore, IJobStore, IScheduleStore
-from ..policies import first_that_may_run
-from ..records import (
+from ..names import fold
+from .interfaces import IClusterStore, IJobStore, IScheduleStore
+from .runpolicy import first_that_may_run
+from .records import (
     FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
 from .columns import (
     JOB_FIELDS, POLICY_FIELDS, POSTGRES_KINDS, SCHEDULE_FIELDS, TALLY, claim_candidates,
@@ -82,7 +82,7 @@ _SELECT_NODE = (
     " extract(epoch FROM started)::float8, dead,"
     " extract(epoch FROM now() - heartbeat)::float8, projects FROM nodes")
 
-# What the run policies ask of a job (jobs.policies), for a claim.
+# What the run policies ask of a job (store.runpolicy), for a claim.
 _POLICY = tuple(c for c in COLUMNS if c.name in POLICY_FIELDS)
 _SELECT_POLICY = select_list(_POLICY)
 _CANDIDATES = claim_candidates(_POLICY, "= ANY(%(keys)s)")
@@ -429,7 +429,7 @@ class PostgresJobStore(ScheduleTable):
                 f"SELECT {_SELECT_POLICY} FROM jobs WHERE state = 'running'")]
             pending = [_record(_POLICY, row) for row in tx.all(_CANDIDATES, {"keys": keys})]
             while True:
-                # The run policies decide as on every backend (jobs.policies).
+                # The run policies decide as on every backend (store.runpolicy).
                 chosen = first_that_may_run(running, pending, max_per_spider)
                 if chosen is None:
                     return None

@@ -19,8 +19,8 @@ row it wrote (IScheduleStore).
 
 from twisted.internet import defer
 
-from ...names import fold
-from ...schedules.records import DuplicateSchedule, ScheduleRecord
+from ..names import fold
+from .schedule_records import DuplicateSchedule, ScheduleRecord
 from .columns import CLAIM_FIRING, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, record_of
 from .notices import SCHEDULE
 

@@ -1,0 +1,225 @@
+"""The job store's interfaces: what every backend (SQLite, PostgreSQL)
+guarantees, as the contract tests (tests/test_store_contract.py) check on
+both."""
+
+from zope.interface import Attribute, Interface
+
+
+class IJobStore(Interface):
+    """The job table: every job the service knows, and its state.
+
+    Every method returns a Deferred (a backend that answers at once uses
+    ``defer.succeed``); ``version`` and ``shared`` are plain attributes. Job ids and project names compare ignoring case.
+    Records are immutable values (JobRecord); every change is one
+    transaction and moves ``version`` on. A write the backend cannot make
+    fails with StoreError.
+
+    What every backend guarantees (tests/test_store_contract.py holds each
+    on every backend):
+
+    * every call that changes a job or a schedule moves ``version`` on
+      (but for a running job's saved stats, progress no listing shows)
+      and, on a shared store, sends the other stores a notice of its kind
+      (store.notices) in the same transaction; a call that changes
+      nothing (a claim that finds no job, an end already recorded) moves
+      nothing and tells nothing;
+    * the first end recorded stands (``mark_finished``);
+    * a claim is decided by the run policies (store.runpolicy), the same
+      on every backend, and two claimers never take one job (``claim_next``);
+    * a schedule's due time is fired once (IScheduleStore)."""
+
+    shared = Attribute(
+        "Whether other services (nodes) use this table too. A table that is"
+        " not shared is settled whole at start: every job it shows running is"
+        " stale, whatever node name claimed it.")
+
+    location = Attribute(
+        "Where the table is, as a log line may show it: the SQLite file's"
+        " path, or a PostgreSQL URL without its password.")
+
+    version = Attribute(
+        "An int that changes whenever any job or schedule changes (added,"
+        " claimed, started, ended, forgotten), for whichever service changed"
+        " it, so answers built from the table can be cached. A running job's"
+        " saved stats (IClusterStore.save_stats) do not move it: no listing"
+        " shows them, and they are saved every few seconds per running job. Read at once, not"
+        " a Deferred: dashboards poll answers cached on it. A shared backend"
+        " keeps it current from the other nodes' notices, so it may trail"
+        " their changes by the time a notice takes.")
+
+    def add(record):
+        """Adds a pending job (durably: it survives a power cut once the
+        Deferred fires). Fails with DuplicateJob if its id (any case) exists.
+        Fires with the stored record."""
+
+    def get(jobid):
+        """The JobRecord with this id (any case), stats included, or None."""
+
+    def claim_next(node, projects, now, max_per_spider=None):
+        """Takes the pending job to start next (highest priority, then
+        oldest) among those of ``projects`` (names, any case) that may run
+        now (see store.runpolicy: none of its locks held by a running job, its
+        spider under ``max_per_spider`` running jobs), marking it running on
+        ``node`` with start time ``now``, in one atomic step: two claimers
+        never take the same job. Fires with the record, or None."""
+
+    def release_claim(jobid, node, claimed_at):
+        """Puts a claimed job back in the queue, if it is still as the claim
+        of ``node`` at ``claimed_at`` left it (running there, no process
+        recorded): for a claim answered after its node began to stop, so a
+        stop never loses a pending job. Fires with the pending record, or
+        None when the job is no longer so (nothing changes then)."""
+
+    def schedule_jobs(name):
+        """(pending, running): how many jobs of schedule ``name`` wait or run."""
+
+    def mark_started(jobid, pid, proc_start=None):
+        """Records the pid of a claimed job's process, and its identity
+        (``_proctree.start_time``). Fires with the record."""
+
+    def running(node=None):
+        """The running jobs of ``node`` (None: of every node), stats included."""
+
+    def mark_finished(jobid, outcome, end_time, exit_status=None, stats=None, reason=None):
+        """Records how the job ended (outcome finished/failed/cancelled/lost).
+        Fires with the ended record.
+
+        The first end recorded stands: when the job has ended already (say
+        another node declared it lost while this one was cut off from the
+        table), or is unknown, nothing changes, no notice is sent, and the
+        Deferred fires with None. A caller told None must not announce the
+        end: it was announced where it was recorded."""
+
+    def cancel_pending(jobid, end_time):
+        """Ends the job as cancelled if it is still pending, atomically (a
+        claim cannot slip in between). Fires with the ended record, or None
+        when it was not pending."""
+
+    def mark_cancel_requested(jobid, kill=False):
+        """Records that a cancel was asked for a running job, and with
+        ``kill`` that it is to be killed now (``kill_requested``, which no
+        later cancel takes back). The request is state, not an event: the
+        node running the job carries out what the record asks, however it
+        hears of it (a notice, or its own look at the table)."""
+
+    def jobs(project=None):
+        """(pending, running, finished) lists of JobRecords without stats, of
+        one project (any case) or all: pending by start order, running by
+        start time, finished most recent last."""
+
+    def counts():
+        """A dict of how many jobs are pending, running and finished."""
+
+    def tally():
+        """How many jobs there are of each state, project and node: a dict
+        of ``(state, project, node)`` to a count, ``node`` None for a job no
+        node took. Counted by the table, no record read."""
+
+    def recover(node, end_time, stats_of):
+        """At start: every job still marked running on ``node`` is ended as
+        lost, with the stats ``stats_of(record)`` returns. Jobs of other
+        nodes are left alone; ``node`` None means every node's (a table no
+        other service shares). Fires with the ended records."""
+
+    def prune(keep, node=None):
+        """Forgets the oldest finished jobs past ``keep``; fires with their
+        records. With ``node``, only that node's finished jobs and those no
+        node ran are counted and forgotten (each node of a shared table
+        keeps its own, and deletes their files from its --dir)."""
+
+    def close():
+        """Closes the table: writes still waiting (for a lock) fail with
+        StoreError, and so do later calls."""
+
+
+class IScheduleStore(Interface):
+    """The recurring schedules, beside the jobs (a ScheduleRecord each).
+    Names compare ignoring case; every method returns a Deferred, and every
+    change moves the job store's ``version`` on.
+
+    A due time is fired once, however many timetables (nodes) share the
+    table: a firing first takes its due time with ``claim_firing``, one
+    guarded write, and only the one that won checks the spider, queues the
+    job and counts it (``update_schedule``). A job is counted once: a
+    ``last_job`` recorded again adds nothing to ``runs``."""
+
+    def add_schedule(record):
+        """Adds a schedule; fails with DuplicateSchedule. Fires with the record."""
+
+    def get_schedule(name):
+        """The ScheduleRecord called ``name`` (any case), or None."""
+
+    def schedules(project=None):
+        """Every schedule, or those of one project (any case), oldest first."""
+
+    def claim_firing(name, seq, seen_next_due, next_due, due=None):
+        """Takes the firing of schedule ``name`` (``seq``: not a later one
+        of the name) that was decided from its record with ``next_due``
+        ``seen_next_due``: sets ``next_due``, and ``last_due`` to ``due``
+        when given, in one write made only if the schedule is not paused,
+        its ``next_due`` is still ``seen_next_due`` and ``due`` is later
+        than its ``last_due``. Fires with the new record when this caller
+        took it (it alone fires ``due``), or None when another firing (a
+        node's) took it first or the schedule changed meanwhile."""
+
+    def update_schedule(name, seq=None, runs_added=0, skipped_added=0, **changes):
+        """Sets the fields ``changes`` names (paused, next_due, last_due,
+        last_job, error) and adds ``runs_added`` and ``skipped_added`` to the
+        counts, of the schedule ``name`` (and, given, ``seq``: not a later
+        one of the same name); with ``last_job`` the same as the stored one,
+        ``runs_added`` adds nothing (that job was counted). Fires with the
+        new record, or None if there is none."""
+
+    def delete_schedule(name):
+        """Forgets the schedule; fires with the record it had, or None."""
+
+
+class IClusterStore(Interface):
+    """The nodes sharing one job table (the PostgreSQL backend), and what
+    the others need of a node's running jobs. Times are the database's
+    clock, never a node's; every method returns a Deferred. Node names are
+    compared exactly."""
+
+    def register_node(name, url, timeout=None, projects=()):
+        """Records node ``name``, reached at ``url`` and serving
+        ``projects`` (names), as alive and started now (again, if it was
+        known, even declared dead). With ``timeout``
+        (seconds), fails with NodeNameTaken, changing nothing, when a node
+        of that name at another URL was heard within it and not declared
+        dead. Fires with what was known of the name before (a dict as
+        ``nodes`` gives; ``dead`` True if it was declared dead meanwhile,
+        its jobs lost), or None."""
+
+    def heartbeat(name):
+        """Says node ``name`` is alive now. Fires with False when it is not
+        registered or was declared dead (its running jobs are lost: it must
+        end them and register again), True otherwise. Moves no version."""
+
+    def declare_dead(timeout_seconds, end_time=None, reason=None):
+        """Marks dead every live node silent for more than
+        ``timeout_seconds``; fires with a dict, by name sorted, of the nodes
+        newly marked, each returned exactly once however many nodes ask at
+        the same time. With ``end_time``, their running jobs are ended lost
+        in the same transaction, as ``mark_lost`` does, and each node's
+        value is the list of the JobRecords so ended (else empty lists)."""
+
+    def nodes():
+        """Every node known, by name: dicts of name, url, heartbeat and
+        started (epoch seconds), dead (bool), age (seconds since its
+        heartbeat, by the database's clock) and projects (the folded names
+        of the projects it serves, sorted)."""
+
+    def mark_lost(node, end_time, reason=None):
+        """Ends every job still running on ``node`` as lost at
+        ``end_time``, keeping the stats last saved for it; fires with the
+        ended records (none for a job already ended, so exactly once)."""
+
+    def save_stats(jobid, stats):
+        """Saves a running job's latest stats (a dict), for the other nodes'
+        answers and for a loss; fires with False when it no longer runs."""
+
+    def on_notice(callback):
+        """Calls ``callback(notice)`` (a store.notices.StoreNotice: its
+        ``kind``, ``version``, ``jobid``, ``node``) on the reactor thread for
+        every change another node makes, as soon as it is heard. Returns a
+        function that stops the calls. (Not a Deferred.)"""
