@@ -7,7 +7,8 @@ import textwrap
 from twisted.internet import defer, reactor, task, utils
 from twisted.trial import unittest
 
-from netweir_serve.spiders.reader import CheckedJob, InspectError, SpiderReader, split_setting
+from netweir_serve.jobs.checked import CheckedJob, InspectError, split_setting
+from netweir_serve.spiders.reader import SpiderReader
 from netweir_serve.projects import Project
 
 

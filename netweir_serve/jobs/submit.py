@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from twisted.internet import defer
 
 from ..names import spelled_settings
-from ..spiders.runners import InspectError
-from . import datapaths, policies
 from ..store.records import DuplicateJob, Refusal
+from . import datapaths, policies
+from .checked import InspectError
 
 
 class SubmitRefused(Refusal):

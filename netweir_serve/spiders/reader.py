@@ -15,16 +15,16 @@ Deferred.
 
 import os
 import sys
-from dataclasses import dataclass
 
 from twisted.internet import defer
 from zope.interface import implementer
 
 from ..jobs import datapaths
+from ..jobs.checked import CheckedJob, InspectError, split_setting
 from ..jobs.interfaces import ISpiderReader
 from ..names import spelled_settings
 from . import protocol
-from .runners import InspectError, OneShotRunner, WarmRunner, last_lines
+from .runners import OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
 # sleeps at import, few enough that a burst of requests can't fork-bomb.
@@ -49,29 +49,6 @@ if added:
     sys.path.remove(parent)
 _forkserver.main(sys.argv[2:])
 """
-
-@dataclass(frozen=True)
-class CheckedJob:
-    """A job that passed every check that can be made before it starts.
-
-    ``settings`` are the ``(key, value)`` pairs as the user gave them, in
-    their order, each key the setting it names (``MAX_ITEMS`` given is
-    ``max_items`` here): path settings are still relative, for the launcher to
-    resolve again (``datapaths.resolve_settings``) when the job starts."""
-
-    project: str
-    spider: str
-    spider_file: str
-    settings: tuple
-    arguments: tuple
-
-
-def split_setting(text):
-    """``"KEY=VALUE"`` as the ``(key, value)`` pair checkJob takes: split at
-    the first ``=``; value None when there is no ``=`` (checkJob refuses it)."""
-    key, equals, value = text.partition("=")
-    return (key, value if equals else None)
-
 
 # --- the daemon's interface ---------------------------------------------------------
 

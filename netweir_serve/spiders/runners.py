@@ -17,6 +17,7 @@ from twisted.internet import defer
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
 
+from ..jobs.checked import InspectError
 from . import protocol
 
 # How long past a request's own timeout a warm helper may stay silent before
@@ -33,15 +34,6 @@ STDERR_TAIL_BYTES = 16 * 1024
 STDERR_TAIL_LINES = 15
 
 _STOPPED = "the service is stopping: spider files are no longer read"
-
-
-class InspectError(Exception):
-    """Listing or checking failed. ``message`` is a sentence for the person
-    who made the request: which file, setting or argument, and why."""
-
-    def __init__(self, message):
-        super().__init__(message)
-        self.message = message
 
 
 def _could_not_start(exc):

@@ -11,6 +11,8 @@ message it finds, which is what a caller of it wants for a refused request.
 import json
 import socket
 
+from twisted.web.resource import Resource
+
 JSON_TYPE = b"application/json"
 
 # The node_name of every answer: the host name, or --node-name once
@@ -57,3 +59,17 @@ def write_json(request, payload, code=200):
 def write_error(request, code, message, **fields):
     """An error answer with HTTP status ``code``; returns the body bytes."""
     return write_json(request, error_body(message, **fields), code)
+
+
+class NotFound(Resource):
+    """A 404 with a JSON error naming what was not found (job files and
+    the listings beside them)."""
+
+    isLeaf = True
+
+    def __init__(self, message):
+        super().__init__()
+        self.message = message
+
+    def render(self, request):
+        return write_error(request, 404, self.message)

@@ -9,22 +9,11 @@ import os
 from twisted.web.resource import Resource
 
 from ..names import fold, is_name
-from .answer import write_error
+from .answer import NotFound, write_error
 
 # Exact types: scrapyd-api reads a log as text only when it is text/plain.
 LOG_TYPE = "text/plain"
 ITEMS_TYPE = "text/plain"
-
-
-class NotFound(Resource):
-    isLeaf = True
-
-    def __init__(self, message):
-        super().__init__()
-        self.message = message
-
-    def render(self, request):
-        return write_error(request, 404, self.message)
 
 
 class JobFileTree(Resource):

@@ -13,7 +13,7 @@ import stat
 from twisted.web import static
 
 from ..jobs.files import open_beneath
-from .files import NotFound
+from .answer import NotFound
 from .zerocopy import file_producer
 
 

@@ -4,7 +4,7 @@ from ..store.records import DuplicateJob, StoreError
 from ..jobs.submit import SubmitRefused, UnknownProject
 from ..store.schedule_records import DuplicateSchedule
 from ..schedules.timetable import ScheduleRefused, UnknownSchedule
-from ..spiders.runners import InspectError
+from ..jobs.checked import InspectError
 from .params import ApiError
 
 # Most specific first. InspectError: a spider file that cannot be listed,
