@@ -12,29 +12,24 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import server
 
-from .clocks import WallClock
-from .dirlock import DirectoryUnusable, lock_directory
-from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
-from .options import exposed_refusal
 from . import _proctree
-from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
-from .jobs.events import CHANGED, ENDED, QUEUED, JobEvents
-from .store.records import FINISHED
-from .jobs.history import StatsHistory
-from .jobs.launcher import Launcher
-from .jobs.notify import Notifier
-from .jobs.process import job_environment
-from .jobs.poller import Poller
-from .jobs.pruning import Pruner
-from .jobs.scheduler import Scheduler
-from .store import open_store
-from .store.migrations import NewerSchema
-from .jobs.submit import JobSubmitter
+from .clocks import WallClock
 from .cluster.jobs import ClusterJobs
 from .cluster.membership import NodeMembership
-from .store.records import NodeNameTaken, StoreError
+from .dirlock import DirectoryUnusable, lock_directory
+from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
+from .jobs.core import build_job_core
+from .jobs.history import StatsHistory
+from .jobs.notify import Notifier
+from .jobs.process import job_environment
+from .jobs.submit import JobSubmitter
+from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
+from .options import exposed_refusal
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
+from .store import open_store
+from .store.migrations import NewerSchema
+from .store.records import NodeNameTaken, StoreError
 from .watching.builds import ListingBuilds
 from .watching.lag import ReactorLag, probe_interval
 from .web.answer import name_node
@@ -313,16 +308,6 @@ class ServeService(service.Service):
         self.launcher.kill_all()
 
 
-def _poll_when_a_job_may_start(poller):
-    # A queued job may start now; an ended one frees a slot; an end
-    # recorded late (a full disk) frees the locks of the jobs it held back.
-    def poll(kind, record):
-        if kind != CHANGED or record.state == FINISHED:
-            poller.poll()
-
-    return poll
-
-
 def _open_store(config, reactor):
     try:
         return open_store(config.directory, reactor, url=config.jobs_db, reactor=reactor)
@@ -348,22 +333,13 @@ def makeService(config, reactor, wall=None):
     # The reactor's clock times intervals (the entry points make it
     # monotonic); what is recorded or shown as a time of day reads this.
     wall = WallClock() if wall is None else wall
-    events = JobEvents()
-    launcher = Launcher(reactor, store, events, config.projects, config.directory,
-                        config.max_jobs, python=config.python, grace=config.grace,
-                        stats_interval=config.stats_interval, wall=wall)
-    poller = Poller(store, launcher, reactor, config.node, config.projects.names(),
-                    interval=config.poll_interval, max_per_spider=config.max_jobs_per_spider,
-                    wall=wall)
-    # --keep is each node's own on a shared table: a node can delete the
-    # files of the jobs it ran only.
-    pruner = Pruner(store, config.directory, config.keep, reactor,
-                    node=config.node if store.shared else None)
-    # A queued job may start now; an ended one frees a slot and may take
-    # the table past --keep.
-    events.subscribe(_poll_when_a_job_may_start(poller), kinds=(QUEUED, ENDED, CHANGED))
-    events.subscribe(pruner.request, kinds=(ENDED,))
-    scheduler = Scheduler(store, launcher, wall, events)
+    core = build_job_core(store, reactor, config.projects, config.directory, config.max_jobs,
+                          config.node, wall=wall, keep=config.keep, python=config.python,
+                          grace=config.grace, stats_interval=config.stats_interval,
+                          poll_interval=config.poll_interval,
+                          max_per_spider=config.max_jobs_per_spider)
+    events, launcher, poller, scheduler, pruner = (
+        core.events, core.launcher, core.poller, core.scheduler, core.pruner)
     # Spider files may read the environment as they load: give them the one
     # jobs get, without the service's credentials.
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,

@@ -10,7 +10,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 from zope.interface.verify import verifyClass
 
-from netweir_serve.jobs.events import CHANGED, ENDED, QUEUED, JobEvents
+from netweir_serve.jobs.events import CHANGED, ENDED
 from netweir_serve.jobs.files import job_files
 from netweir_serve.jobs.interfaces import ILauncher, IPoller, IScheduler, ISpiderReader
 from netweir_serve.store.interfaces import IJobStore, IScheduleStore
@@ -18,6 +18,7 @@ from netweir_serve.jobs import launcher as launcher_module
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
 from netweir_serve.jobs.process import (
     KILL_SIGNAL, RUN_MARK_VARIABLE, job_environment, run_mark)
+from netweir_serve.jobs.core import build_job_core
 from netweir_serve.jobs.poller import Poller
 from netweir_serve.store.records import JobRecord, StoreError
 from netweir_serve.jobs.scheduler import Scheduler
@@ -41,9 +42,10 @@ class InterfaceTests(unittest.TestCase):
 
 
 class Rig:
-    """A store, launcher, poller and scheduler wired as makeService wires
-    them, with synchronous shortcuts for the tests (the SQLite store
-    answers at once; a poll runs on the next turn, ``advance(0)``)."""
+    """A store and the job core (launcher, poller, scheduler), built by
+    jobs.core.build_job_core as makeService builds them, with synchronous
+    shortcuts for the tests (the SQLite store answers at once; a poll runs
+    on the next turn, ``advance(0)``)."""
 
     def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None, wall=None):
         self.test = test
@@ -56,20 +58,19 @@ class Rig:
         self.reactor = FakeProcessReactor(fail_with=fail_with)
         self.signals = SignalLog()
         self.store = SQLiteJobStore(":memory:", self.reactor)
-        self.events = JobEvents()
         self.ended = []
         self.writes = 0
-        self.launcher = Launcher(self.reactor, self.store, self.events, self.projects, self.dir,
-                                 max_jobs, python="/usr/bin/python3", grace=grace,
-                                 environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
-                                          "NETWEIR_SERVE_USERNAME": "me"},
-                                 signal_process=self.signals, wall=wall)
-        # "removed" is claimed too, as a project taken off since it was queued.
-        self.poller = Poller(self.store, self.launcher, self.reactor, NODE,
-                             ["shop", "removed"], wall=wall)
-        self.scheduler = Scheduler(self.store, self.launcher, wall or self.reactor, self.events)
+        core = build_job_core(
+            self.store, self.reactor, self.projects, self.dir, max_jobs, NODE, wall=wall,
+            python="/usr/bin/python3", grace=grace,
+            # "removed" is claimed too, as a project taken off since it was queued.
+            claims_projects=["shop", "removed"],
+            environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
+                     "NETWEIR_SERVE_USERNAME": "me"},
+            signal_process=self.signals)
+        self.events, self.launcher, self.poller, self.scheduler = (
+            core.events, core.launcher, core.poller, core.scheduler)
         self.events.subscribe(self._ended, kinds=(ENDED,))
-        self.events.subscribe(lambda kind, record: self.poller.poll(), kinds=(QUEUED, ENDED))
 
     def _ended(self, kind, record):
         self.ended.append(record)
@@ -497,8 +498,6 @@ class RecordingFailureTests(unittest.TestCase):
         self.successResultOf(rig.store.mark_finished("a", "lost", 5.0, reason="declared dead"))
         changed = []
         rig.events.subscribe(lambda kind, record: changed.append(record), kinds=(CHANGED,))
-        # makeService polls when a change says a job finished.
-        rig.events.subscribe(lambda kind, record: rig.poller.poll(), kinds=(CHANGED,))
         stopped = []
         rig.exit("a", 0)
         found = rig.get("a")

@@ -6,8 +6,9 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ..names import fold
+from ..store.records import FINISHED, StoreError
+from .events import CHANGED, ENDED, QUEUED
 from .interfaces import IPoller
-from ..store.records import StoreError
 
 # How long (the reactor's seconds) a claim that failed is looked for in the
 # table: its COMMIT may have reached the table with its answer lost, and a
@@ -62,6 +63,15 @@ class Poller:
         self._stopped = False
         # {claim time of a failed claim: when it failed (the clock's)}
         self._unsure = {}
+
+    def subscribe(self, events):
+        """Polls when a job may start: one was queued, one ended (a slot is
+        free), or an end recorded late freed the locks of jobs it held back."""
+        def heard(kind, record):
+            if kind != CHANGED or record.state == FINISHED:
+                self.poll()
+
+        return events.subscribe(heard, kinds=(QUEUED, ENDED, CHANGED))
 
     def poll(self):
         if self._stopped:

@@ -3,6 +3,7 @@
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from .events import ENDED
 from .files import delete_files, files_of
 
 
@@ -27,6 +28,10 @@ class Pruner:
         self._clock = clock
         self._soon = None
         self._stopped = False
+
+    def subscribe(self, events):
+        """Prunes after every job's end (the table may be past --keep)."""
+        return events.subscribe(self.request, kinds=(ENDED,))
 
     def request(self, *_):
         if self._soon is None and not self._stopped:
