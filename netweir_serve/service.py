@@ -338,63 +338,90 @@ def makeService(config, reactor, wall=None):
                           grace=config.grace, stats_interval=config.stats_interval,
                           poll_interval=config.poll_interval,
                           max_per_spider=config.max_jobs_per_spider)
-    events, launcher, poller, scheduler, pruner = (
-        core.events, core.launcher, core.poller, core.scheduler, core.pruner)
     # Spider files may read the environment as they load: give them the one
     # jobs get, without the service's credentials.
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
-    submitter = JobSubmitter(config.projects, store, scheduler, reader, config.directory)
-    # Watching: the stats over time, the /events stream, /metrics, --notify.
+    submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory)
+    watching = _watching(config, reactor, store, core, wall)
+    timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
+                          on_change=watching.schedule_changed,
+                          on_change_elsewhere=watching.hub.schedule_changed, wall=wall)
+    watching.show_schedules(timetable)
+    root = _resource_tree(config, reactor, store, core, reader, submitter, timetable,
+                          watching, wall)
+    serve = ServeService(config, reactor, lock, store, core.launcher, core.poller, core.pruner,
+                         reader, timetable, _listening(config, reactor, root))
+    serve.wall = wall
+    if store.shared:
+        serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
+                                          config.node, config.node_url or serve.node_url,
+                                          config.node_timeout,
+                                          projects=config.projects.names(), wall=wall)
+        serve.membership.subscribe(core.events)
+        core.poller.may_claim = serve.membership.may_claim
+    serve.reactor_lag = ReactorLag(reactor, watching.metrics.reactor_lag,
+                                   interval=probe_interval(os.environ))
+    watching.metrics.largest_lag = serve.reactor_lag.take_largest
+    return serve
+
+
+@dataclass
+class _Watching:
+    """The parts that watch jobs for people: the stats over time, the
+    /events hub, /metrics and the count of listings built."""
+
+    history: StatsHistory
+    hub: EventHub
+    metrics: ServiceMetrics
+    listing_builds: ListingBuilds
+
+    def schedule_changed(self, record):
+        self.hub.schedule_changed(record)
+        self.metrics.schedule_changed(record)
+
+    def show_schedules(self, timetable):
+        self.hub.show_schedules(timetable)
+        timetable.schedules().addCallbacks(
+            self.metrics.seed_schedules,
+            lambda f: log.failure("could not read the schedules for /metrics", f))
+
+
+def _watching(config, reactor, store, core, wall):
+    """The watching parts, each subscribed to the job events; --notify too."""
+    launcher = core.launcher
     history = StatsHistory(config.directory, launcher.running_stats, wall)
-    history.subscribe(events)
+    history.subscribe(core.events)
     hub = EventHub(reactor, launcher.running_stats)
-    hub.subscribe(events)
+    hub.subscribe(core.events)
     if store.shared:
         # The other nodes' jobs as job events too, read while /events is watched.
-        ClusterJobs(store, events, config.node, wanted=hub.streams, resync=hub.resync).start()
+        ClusterJobs(store, core.events, config.node, wanted=hub.streams,
+                    resync=hub.resync).start()
     listing_builds = ListingBuilds()
     metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams,
                              nodes=store.nodes if store.shared else None,
                              listing_builds=listing_builds)
-    metrics.subscribe(events)
+    metrics.subscribe(core.events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
-             secret=config.notify_secret, timeout=config.notify_timeout).subscribe(events)
-    timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
-                          on_change=lambda r: (hub.schedule_changed(r),
-                                               metrics.schedule_changed(r)),
-                          on_change_elsewhere=hub.schedule_changed, wall=wall)
-    hub.show_schedules(timetable)
-    timetable.schedules().addCallbacks(
-        metrics.seed_schedules,
-        lambda f: log.failure("could not read the schedules for /metrics", f))
-    api = Api(config.projects, store, scheduler, launcher, reader, submitter, timetable,
-              max_per_spider=config.max_jobs_per_spider, history=history,
+             secret=config.notify_secret, timeout=config.notify_timeout).subscribe(core.events)
+    return _Watching(history, hub, metrics, listing_builds)
+
+
+def _resource_tree(config, reactor, store, core, reader, submitter, timetable, watching,
+                   wall):
+    """The twisted.web resource tree every endpoint serves."""
+    api = Api(config.projects, store, core.scheduler, core.launcher, reader, submitter,
+              timetable, max_per_spider=config.max_jobs_per_spider, history=watching.history,
               owners=Owners(store, config.node, reactor) if store.shared else None,
-              listing_builds=listing_builds,
+              listing_builds=watching.listing_builds,
               build_aside=lambda f, *args: threads.deferToThreadPool(
                   reactor, reactor.getThreadPool(), f, *args))
-    watching = {b"events": Events(hub),
-                b"metrics": Metrics(metrics)}
-    root = Root(api, config.directory, pages={**site_pages(api), **watching},
-                listers=listers(config.projects),
-                log_files={b"stats.json": LogParserStats(store, launcher, config.directory,
-                                                         wall)})
-    serve = ServeService(config, reactor, lock, store, launcher, poller, pruner, reader,
-                         timetable, _listening(config, reactor, root))
-    serve.wall = wall
-    if store.shared:
-        serve.membership = NodeMembership(store, launcher, poller, timetable, reactor,
-                                          config.node, config.node_url or serve.node_url,
-                                          config.node_timeout,
-                                          projects=config.projects.names(), wall=wall)
-        serve.membership.subscribe(events)
-        poller.may_claim = serve.membership.may_claim
-    serve.reactor_lag = ReactorLag(reactor, metrics.reactor_lag,
-                                   interval=probe_interval(os.environ))
-    metrics.largest_lag = serve.reactor_lag.take_largest
-    return serve
-
+    pages = {**site_pages(api), b"events": Events(watching.hub),
+             b"metrics": Metrics(watching.metrics)}
+    return Root(api, config.directory, pages=pages, listers=listers(config.projects),
+                log_files={b"stats.json": LogParserStats(store, core.launcher,
+                                                         config.directory, wall)})
 
 
 def _listening(config, reactor, root):

@@ -51,8 +51,7 @@ from zope.interface import implementer
 
 from ..store.records import FINISHED, RUNNING
 from ..names import fold
-from .answer import write_error
-from .pages import refuse_method
+from .pages import refuse_leaf
 from .views import job_entry, schedule_entry
 
 log = Logger()
@@ -247,9 +246,7 @@ class Events(Resource):
         self.hub = hub
 
     def render(self, request):
-        if request.postpath:
-            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
-        refused = refuse_method(request)
+        refused = refuse_leaf(request)
         if refused is not None:
             return refused
         if request.method == b"HEAD":

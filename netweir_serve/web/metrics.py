@@ -36,7 +36,7 @@ from ..watching.builds import ListingBuilds
 from ..watching.lag import LAG_BUCKETS
 from .answer import write_error
 from .deferred import render_result
-from .pages import refuse_method
+from .pages import refuse_leaf
 
 log = Logger()
 
@@ -276,9 +276,7 @@ class Metrics(Resource):
         self.registry = registry
 
     def render(self, request):
-        if request.postpath:
-            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
-        refused = refuse_method(request)
+        refused = refuse_leaf(request)
         if refused is not None:
             return refused
         return render_result(request, self.collector.refresh(),

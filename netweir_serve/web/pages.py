@@ -122,6 +122,15 @@ def refuse_method(request):
                        f"{request.method.decode('latin-1')}")
 
 
+def refuse_leaf(request):
+    """The JSON answer refusing what a leaf page (one with no children,
+    for GET and HEAD) does not take: a path below it (404) or another
+    method (405); None when it takes the request."""
+    if request.postpath:
+        return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
+    return refuse_method(request)
+
+
 def document(title, body, style=""):
     """A whole HTML5 page; ``title`` is escaped here, ``body`` is markup,
     ``style`` is CSS of this page beside the pages' own."""
@@ -143,9 +152,7 @@ class HtmlPage(Resource):
     isLeaf = True
 
     def render(self, request):
-        if request.postpath:
-            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
-        refused = refuse_method(request)
+        refused = refuse_leaf(request)
         if refused is not None:
             return refused
         return render_result(request, self.page(request), lambda text: write_html(request, text),
@@ -353,9 +360,7 @@ class Favicon(Resource):
     _icon = None
 
     def render(self, request):
-        if request.postpath:
-            return write_error(request, 404, f"no such endpoint: {request.path.decode('latin-1')}")
-        refused = refuse_method(request)
+        refused = refuse_leaf(request)
         if refused is not None:
             return refused
         if Favicon._icon is None:
