@@ -68,9 +68,9 @@ REAL = "real"      # a float, or None
 # id and project, are written beside them for lookups ignoring case.)
 JOB_FIELDS = (
     ("seq", PLAIN), ("id", PLAIN), ("project", PLAIN), ("spider", PLAIN),
-    ("spider_file", PLAIN), ("settings", PAIRS), ("arguments", PAIRS), ("priority", PLAIN),
+    ("spider_file", PLAIN), ("settings", PAIRS), ("arguments", PAIRS), ("priority", REAL),
     ("state", PLAIN), ("outcome", PLAIN), ("pid", PLAIN), ("exit_status", PLAIN),
-    ("created", PLAIN), ("start_time", PLAIN), ("end_time", PLAIN), ("stats", JSON),
+    ("created", REAL), ("start_time", REAL), ("end_time", REAL), ("stats", JSON),
     ("cancel_requested", FLAG), ("reason", PLAIN), ("node", PLAIN), ("proc_start", PLAIN),
     ("schedule", PLAIN), ("locks", LIST), ("kill_requested", FLAG),
 )

@@ -21,20 +21,16 @@ import functools
 import re
 import sqlite3
 import threading
-from dataclasses import replace
 
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ..names import fold
 from .interfaces import IJobStore, IScheduleStore
-from .records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, StoreError
-from .runpolicy import first_that_may_run
-from .columns import (
-    JOB_FIELDS, POLICY_FIELDS, SCHEDULE_FIELDS, SQLITE_KINDS, TALLY, claim_candidates,
-    columns_of, dump_json, record_of, select_list, without)
+from .records import FINISHED, PENDING, RUNNING, StoreError
+from .columns import SCHEDULE_FIELDS, SQLITE_KINDS, columns_of
+from .job_table import SELECT_LISTED, JobColumns, JobTable, where_all
 from .migrations import migrate_sqlite
 from .schedule_table import ScheduleTable
 from .sqlite_runner import Inline
@@ -56,27 +52,6 @@ WRITE_PATIENCE = 60.0
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-COLUMNS = columns_of(JOB_FIELDS, SQLITE_KINDS)
-# Listings never show stats, the one large column: they neither read nor decode it.
-LISTED = without(COLUMNS, "stats")
-
-# What the run policies ask of a job (store.runpolicy), for a claim.
-_POLICY = tuple(c for c in COLUMNS if c.name in POLICY_FIELDS)
-
-# The finished jobs --keep counts: all of them, or (given a node) that
-# node's own and those no node ran, as the PostgreSQL store counts them.
-_PRUNED = "(:node IS NULL OR node = :node OR node IS NULL)"
-_INSERTED = without(COLUMNS, "seq")
-
-
-def _select(columns):
-    return select_list(columns)
-
-
-def _record(columns, row):
-    return record_of(JobRecord, columns, row)
-
-
 def _is_busy(error):
     code = getattr(error, "sqlite_errorcode", None)
     if code is not None:
@@ -91,8 +66,8 @@ def _in_sqlites_words(statement):
 
 
 class _Statements:
-    """A transaction's statements written for every backend
-    (schedule_table), run on SQLite. ``changed`` tells nobody: no other
+    """A transaction's statements written for every backend (job_table,
+    schedule_table), run on SQLite. ``changed`` tells nobody: no other
     store shares the file, and the version moves with any change."""
 
     def __init__(self, db):
@@ -106,7 +81,7 @@ class _Statements:
         rows = self.all(statement, params)
         return rows[0] if rows else None
 
-    def changed(self, kind):
+    def changed(self, kind, jobid=None, node=None):
         pass
 
 
@@ -178,7 +153,7 @@ class _Locked(Exception):
 
 
 @implementer(IJobStore, IScheduleStore)
-class SQLiteJobStore(ScheduleTable):
+class SQLiteJobStore(JobTable, ScheduleTable):
     """IJobStore on the SQLite file ``path`` (or ``:memory:`` for tests).
 
     ``clock`` (IReactorTime) times the retries of locked writes; ``runner``
@@ -371,7 +346,8 @@ class SQLiteJobStore(ScheduleTable):
         self._runner.submit(read)
         return answered
 
-    # ScheduleTable's statements, and what it needs of a backend.
+    # JobTable's and ScheduleTable's statements, and what they need of a backend.
+    _jobs = JobColumns(SQLITE_KINDS)
     _schedule_columns = columns_of(SCHEDULE_FIELDS, SQLITE_KINDS)
     _name_taken = sqlite3.IntegrityError
 
@@ -394,199 +370,20 @@ class SQLiteJobStore(ScheduleTable):
         # the service runs is not seen until the next change or start).
         return self._version
 
-    def add(self, record):
-        values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
-        marks = ", ".join("?" for _ in _INSERTED)
+    def _lock_claims(self, tx):
+        # Nothing to take: every write runs inside BEGIN IMMEDIATE, so
+        # nobody else writes between a claim's reads and its update.
+        pass
 
-        def insert(db):
-            try:
-                cursor = db.execute(
-                    f"INSERT INTO jobs (key, project_key, {_select(_INSERTED)})"
-                    f" VALUES (?, ?, {marks})",
-                    (fold(record.id), fold(record.project)) + values)
-            except sqlite3.IntegrityError:
-                raise DuplicateJob(record.id) from None
-            return replace(record, seq=cursor.lastrowid)
-
-        return self._write(insert)
-
-    def get(self, jobid):
-        return self._read(lambda db: self._one(db, "key = ?", (fold(jobid),)))
-
-    @staticmethod
-    def _one(db, where, params):
-        row = db.execute(f"SELECT {_select(COLUMNS)} FROM jobs WHERE {where}", params).fetchone()
-        return _record(COLUMNS, row) if row else None
-
-    def claim_next(self, node, projects, now, max_per_spider=None):
-        keys = sorted({fold(p) for p in projects})
-        if not keys:
-            return defer.succeed(None)
-        marks = ", ".join("?" for _ in keys)
-
-        def claim(db):
-            # Inside BEGIN IMMEDIATE: nobody else writes between the reads
-            # and the update.
-            chosen = first_that_may_run(
-                (_record(_POLICY, row) for row in db.execute(
-                    f"SELECT {_select(_POLICY)} FROM jobs WHERE state = ?", (RUNNING,))),
-                (_record(_POLICY, row) for row in db.execute(
-                    claim_candidates(_POLICY, f"IN ({marks})"), keys)),
-                max_per_spider)
-            if chosen is None:
-                return None
-            db.execute("UPDATE jobs SET state = ?, node = ?, start_time = ? WHERE seq = ?",
-                       (RUNNING, node, now, chosen.seq))
-            return self._one(db, "seq = ?", (chosen.seq,))
-
-        return self._write(claim)
-
-    def schedule_jobs(self, name):
-        def count(db):
-            found = dict(db.execute(
-                "SELECT state, COUNT(*) FROM jobs WHERE schedule = ? AND state != ?"
-                " GROUP BY state", (name, FINISHED)).fetchall())
-            return found.get(PENDING, 0), found.get(RUNNING, 0)
-
-        return self._read(count)
-
-    def release_claim(self, jobid, node, claimed_at):
-        def release(db):
-            cursor = db.execute(
-                "UPDATE jobs SET state = ?, node = NULL, start_time = NULL WHERE key = ?"
-                " AND state = ? AND node = ? AND start_time = ? AND pid IS NULL",
-                (PENDING, fold(jobid), RUNNING, node, claimed_at))
-            if cursor.rowcount == 0:
-                return None
-            return self._one(db, "key = ?", (fold(jobid),))
-
-        return self._write(release)
-
-    def mark_started(self, jobid, pid, proc_start=None):
-        def started(db):
-            db.execute("UPDATE jobs SET pid = ?, proc_start = ? WHERE key = ? AND state = ?",
-                       (pid, proc_start, fold(jobid), RUNNING))
-            return self._one(db, "key = ?", (fold(jobid),))
-
-        return self._write(started)
-
-    def mark_finished(self, jobid, outcome, end_time, exit_status=None, stats=None,
-                      reason=None):
-        if outcome not in OUTCOMES:
-            return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
-
-        def finished(db):
-            # The first end recorded stands (IJobStore.mark_finished).
-            cursor = db.execute(
-                "UPDATE jobs SET state = ?, outcome = ?, end_time = ?, exit_status = ?,"
-                " stats = ?, reason = ? WHERE key = ? AND state != ?",
-                (FINISHED, outcome, end_time, exit_status, dump_json(stats), reason,
-                 fold(jobid), FINISHED))
-            if cursor.rowcount == 0:
-                return None
-            return self._one(db, "key = ?", (fold(jobid),))
-
-        return self._write(finished)
-
-    def cancel_pending(self, jobid, end_time):
-        def cancel(db):
-            cursor = db.execute(
-                "UPDATE jobs SET state = ?, outcome = 'cancelled', end_time = ?, reason = ?"
-                " WHERE key = ? AND state = ?",
-                (FINISHED, end_time, "cancelled before it started", fold(jobid), PENDING))
-            if cursor.rowcount == 0:
-                return None
-            return self._one(db, "key = ?", (fold(jobid),))
-
-        return self._write(cancel)
-
-    def mark_cancel_requested(self, jobid, kill=False):
-        def requested(db):
-            db.execute("UPDATE jobs SET cancel_requested = 1,"
-                       " kill_requested = MAX(kill_requested, ?) WHERE key = ?",
-                       (int(kill), fold(jobid)))
-
-        return self._write(requested)
-
-    def jobs(self, project=None):
-        def listing(db):
-            where, params = "state = ?", ()
-            if project is not None:
-                where, params = "project_key = ? AND state = ?", (fold(project),)
-            return tuple(
-                [_record(LISTED, row) for row in db.execute(
-                    f"SELECT {_select(LISTED)} FROM jobs WHERE {where} ORDER BY {order}",
-                    params + (state,))]
+    def _listed(self, tx, where, params):
+        # Three reads, each in the order of its index; one connection on
+        # one thread, so no write comes between them.
+        return [tx.all(f"SELECT {SELECT_LISTED} FROM jobs"
+                       f" {where_all(where + ['state = %(state)s'])} ORDER BY {order}",
+                       {**params, "state": state})
                 for state, order in ((PENDING, "priority DESC, seq"),
                                      (RUNNING, "start_time, seq"),
-                                     (FINISHED, "end_time, seq")))
-
-        return self._read(listing)
-
-    def counts(self):
-        def count(db):
-            found = {PENDING: 0, RUNNING: 0, FINISHED: 0}
-            for state, n in db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
-                found[state] = n
-            return found
-
-        return self._read(count)
-
-    def tally(self):
-        return self._read(lambda db: {(state, project, node): n for state, project, node, n in
-                                      db.execute(TALLY)})
-
-    def running(self, node=None):
-        def listing(db):
-            where, params = "state = ?", (RUNNING,)
-            if node is not None:
-                where, params = where + " AND (node = ? OR node IS NULL)", (RUNNING, node)
-            return [_record(COLUMNS, row) for row in db.execute(
-                f"SELECT {_select(COLUMNS)} FROM jobs WHERE {where} ORDER BY seq", params)]
-
-        return self._read(listing)
-
-    def recover(self, node, end_time, stats_of):
-        def lost(db):
-            # A job claimed before nodes were recorded (node NULL) was ours:
-            # an SQLite table has only ever had one service.
-            where = "" if node is None else " AND (node = ? OR node IS NULL)"
-            rows = db.execute(
-                f"SELECT {_select(COLUMNS)} FROM jobs WHERE state = ?{where} ORDER BY seq",
-                (RUNNING,) + (() if node is None else (node,))).fetchall()
-            ended = []
-            for record in (_record(COLUMNS, row) for row in rows):
-                reason = ("the service stopped while the job ran" if record.pid is not None
-                          else "the service stopped before the job's process started")
-                stats = stats_of(record)
-                db.execute(
-                    "UPDATE jobs SET state = ?, outcome = 'lost', end_time = ?, stats = ?,"
-                    " reason = ? WHERE seq = ?",
-                    (FINISHED, end_time, dump_json(stats), reason, record.seq))
-                ended.append(replace(record, state=FINISHED, outcome="lost",
-                                     end_time=end_time, stats=stats, reason=reason))
-            return ended
-
-        return self._write(lost)
-
-    def prune(self, keep, node=None):
-        whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
-        # Called after every job ends: the count, from the index, spares a
-        # sort of the whole finished list (and a write) when nothing is to go.
-        def count(db):
-            return db.execute(f"SELECT COUNT(*) FROM jobs WHERE state = :finished AND {_PRUNED}",
-                              whose).fetchone()[0]
-
-        def forget(db):
-            old = [_record(LISTED, row) for row in db.execute(
-                f"SELECT {_select(LISTED)} FROM jobs WHERE state = :finished AND {_PRUNED}"
-                " AND seq NOT IN (SELECT seq FROM jobs WHERE state = :finished"
-                f" AND {_PRUNED} ORDER BY end_time DESC, seq DESC LIMIT :keep)", whose)]
-            db.executemany("DELETE FROM jobs WHERE seq = ?", [(r.seq,) for r in old])
-            return old
-
-        return self._read(count).addCallback(
-            lambda finished: self._write(forget) if finished > keep else [])
+                                     (FINISHED, "end_time, seq"))]
 
     def close(self):
         """Waits for what was asked before, fails the writes still waiting

@@ -1,0 +1,323 @@
+"""The job table: IJobStore's methods written once for every backend.
+
+A mixin of each job store (SQLiteJobStore, PostgresJobStore), as
+schedule_table.ScheduleTable is, and run the same way: the statements are
+written once, with psycopg's named placeholders; a store runs them through
+``_write_statements`` and ``_read_statements`` (each a Deferred of
+``work(tx)``, ``tx`` having ``one``, ``all`` and ``changed``), in its own
+dialect. Every write sends the notice of what it changed with
+``tx.changed`` (a store that is not shared tells nobody).
+
+What a backend gives: its columns (``_jobs``, a JobColumns with its
+converters), the error its database raises for a key taken
+(``_name_taken``), and what is truly its own: how a claim keeps other
+claims out until it commits (``_lock_claims``) and how the listing reads
+its three lists (``_listed``).
+"""
+
+from dataclasses import replace
+
+from twisted.internet import defer
+
+from ..names import fold
+from .columns import (
+    JOB_FIELDS, POLICY_FIELDS, TALLY, claim_candidates, columns_of, dump_json, record_of,
+    select_list, without)
+from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
+from .records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord
+from .runpolicy import first_that_may_run
+
+
+class JobColumns:
+    """The job table's columns as one backend reads and writes them: all of
+    them, those a listing shows (not stats, the one large column), those
+    the run policies read for a claim, and those an insert writes."""
+
+    def __init__(self, kinds):
+        self.all = columns_of(JOB_FIELDS, kinds)
+        self.listed = without(self.all, "stats")
+        self.policy = tuple(c for c in self.all if c.name in POLICY_FIELDS)
+        self.inserted = without(self.all, "seq")
+
+
+# The column lists (names alone: the same for every backend).
+_NAMES = JobColumns({kind: (None, None) for _, kind in JOB_FIELDS})
+_SELECT = select_list(_NAMES.all)
+# What a listing reads, in this order (a backend's ``_listed``).
+SELECT_LISTED = select_list(_NAMES.listed)
+LISTED_STATE = [c.name for c in _NAMES.listed].index("state")
+_SELECT_POLICY = select_list(_NAMES.policy)
+_INSERT = (f"INSERT INTO jobs (key, project_key, {select_list(_NAMES.inserted)})"
+           f" VALUES (%(key)s, %(project_key)s,"
+           f" {', '.join(f'%({c.name})s' for c in _NAMES.inserted)}) RETURNING seq")
+
+_CLAIM = (
+    "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
+    f" WHERE seq = %(seq)s AND state = 'pending' RETURNING {_SELECT}")
+
+# The finished jobs one node's --keep counts: its own and those no node
+# ran (cancelled while pending: they have no files), or (no node given)
+# all of them.
+_PRUNED = "(CAST(%(node)s AS TEXT) IS NULL OR node = %(node)s OR node IS NULL)"
+_FINISHED_PRUNED = f"state = %(finished)s AND {_PRUNED}"
+
+_BY_KEY = "key = %(key)s"
+
+
+def where_all(conditions):
+    """The WHERE clause of ``conditions`` (a list), all to hold."""
+    return f"WHERE {' AND '.join(conditions)}" if conditions else ""
+
+
+class JobTable:
+    """IJobStore's methods, for a job store (see the module)."""
+
+    _jobs = None          # the JobColumns, with the store's converters
+    _name_taken = None    # the exception class of a unique key taken
+
+    # -- what the methods share ------------------------------------------------
+
+    def _record(self, columns, row):
+        return record_of(JobRecord, columns, row)
+
+    def _one(self, tx, where, params):
+        row = tx.one(f"SELECT {_SELECT} FROM jobs WHERE {where}", params)
+        return self._record(self._jobs.all, row) if row else None
+
+    def _ended(self, tx, row):
+        """The job a change ended (``row``), its ENDED notice sent; or None."""
+        if row is None:
+            return None
+        record = self._record(self._jobs.all, row)
+        tx.changed(ENDED, record.id, record.node)
+        return record
+
+    def _running(self, tx, node):
+        where, params = "state = %(running)s", {"running": RUNNING, "node": node}
+        if node is not None:
+            where += " AND (node = %(node)s OR node IS NULL)"
+        return [self._record(self._jobs.all, row) for row in tx.all(
+            f"SELECT {_SELECT} FROM jobs WHERE {where} ORDER BY seq", params)]
+
+    def _lock_claims(self, tx):
+        """Keeps every other claim out until this one commits (the backend's)."""
+        raise NotImplementedError
+
+    def _listed(self, tx, where, params):
+        """(pending, running, finished): the rows (SELECT_LISTED) of the jobs
+        the conditions ``where`` (a list, empty for all) choose, each list
+        in IJobStore.jobs's order (the backend's)."""
+        raise NotImplementedError
+
+    # -- IJobStore: writes -----------------------------------------------------
+
+    def add(self, record):
+        values = {c.name: c.to_db(getattr(record, c.name)) for c in self._jobs.inserted}
+        values.update(key=fold(record.id), project_key=fold(record.project))
+
+        def insert(tx):
+            try:
+                seq = tx.one(_INSERT, values)[0]
+            except self._name_taken:
+                raise DuplicateJob(record.id) from None
+            tx.changed(QUEUED, record.id)
+            return replace(record, seq=seq)
+
+        return self._write_statements(insert)
+
+    def claim_next(self, node, projects, now, max_per_spider=None):
+        keys = sorted({fold(p) for p in projects})
+        if not keys:
+            return defer.succeed(None)
+        among = {f"p{i}": key for i, key in enumerate(keys)}
+        candidates = claim_candidates(
+            self._jobs.policy, f"IN ({', '.join(f'%({name})s' for name in among)})")
+
+        def claim(tx):
+            self._lock_claims(tx)
+            policy = self._jobs.policy
+            running = [self._record(policy, row) for row in tx.all(
+                f"SELECT {_SELECT_POLICY} FROM jobs WHERE state = 'running'", {})]
+            pending = [self._record(policy, row) for row in tx.all(candidates, among)]
+            while True:
+                # The run policies decide as on every backend (store.runpolicy).
+                chosen = first_that_may_run(running, pending, max_per_spider)
+                if chosen is None:
+                    return None
+                row = tx.one(_CLAIM, {"node": node, "now": now, "seq": chosen.seq})
+                if row is not None:
+                    break
+                # Cancelled (ended) since it was read: the next may run.
+                pending.remove(chosen)
+            claimed = self._record(self._jobs.all, row)
+            tx.changed(CLAIMED, claimed.id, node)
+            return claimed
+
+        return self._write_statements(claim)
+
+    def release_claim(self, jobid, node, claimed_at):
+        def release(tx):
+            row = tx.one(
+                "UPDATE jobs SET state = %(pending)s, node = NULL, start_time = NULL"
+                " WHERE key = %(key)s AND state = %(running)s AND node = %(node)s"
+                f" AND start_time = %(claimed_at)s AND pid IS NULL RETURNING {_SELECT}",
+                {"pending": PENDING, "running": RUNNING, "key": fold(jobid), "node": node,
+                 "claimed_at": claimed_at})
+            if row is None:
+                return None
+            record = self._record(self._jobs.all, row)
+            # Queued again: the other nodes' pollers wake for it.
+            tx.changed(QUEUED, record.id)
+            return record
+
+        return self._write_statements(release)
+
+    def mark_started(self, jobid, pid, proc_start=None):
+        key = {"key": fold(jobid)}
+
+        def started(tx):
+            row = tx.one(
+                "UPDATE jobs SET pid = %(pid)s, proc_start = %(proc_start)s"
+                f" WHERE key = %(key)s AND state = %(running)s RETURNING {_SELECT}",
+                {"pid": pid, "proc_start": proc_start, "running": RUNNING, **key})
+            if row is None:
+                return self._one(tx, _BY_KEY, key)
+            record = self._record(self._jobs.all, row)
+            tx.changed(STARTED, record.id, record.node)
+            return record
+
+        return self._write_statements(started)
+
+    def mark_finished(self, jobid, outcome, end_time, exit_status=None, stats=None,
+                      reason=None):
+        if outcome not in OUTCOMES:
+            return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
+        values = {"finished": FINISHED, "outcome": outcome, "end_time": end_time,
+                  "exit_status": exit_status, "stats": dump_json(stats), "reason": reason,
+                  "key": fold(jobid)}
+
+        # The first end recorded stands (IJobStore.mark_finished).
+        return self._write_statements(lambda tx: self._ended(tx, tx.one(
+            "UPDATE jobs SET state = %(finished)s, outcome = %(outcome)s,"
+            " end_time = %(end_time)s, exit_status = %(exit_status)s, stats = %(stats)s,"
+            " reason = %(reason)s WHERE key = %(key)s AND state != %(finished)s"
+            f" RETURNING {_SELECT}", values)))
+
+    def cancel_pending(self, jobid, end_time):
+        values = {"finished": FINISHED, "end_time": end_time, "pending": PENDING,
+                  "reason": "cancelled before it started", "key": fold(jobid)}
+
+        # One statement: a claim holding the row makes it wait, then finds
+        # the job no longer pending.
+        return self._write_statements(lambda tx: self._ended(tx, tx.one(
+            "UPDATE jobs SET state = %(finished)s, outcome = 'cancelled',"
+            " end_time = %(end_time)s, reason = %(reason)s"
+            f" WHERE key = %(key)s AND state = %(pending)s RETURNING {_SELECT}", values)))
+
+    def mark_cancel_requested(self, jobid, kill=False):
+        # A flag as the backend holds one; a kill asked once stays asked.
+        flags = {c.name: c for c in self._jobs.all}
+        values = {"yes": flags["cancel_requested"].to_db(True), "key": fold(jobid)}
+        kills = ", kill_requested = %(yes)s" if kill else ""
+
+        def requested(tx):
+            row = tx.one(f"UPDATE jobs SET cancel_requested = %(yes)s{kills}"
+                         " WHERE key = %(key)s RETURNING id, node", values)
+            if row is not None:
+                tx.changed(CANCEL, *row)
+
+        return self._write_statements(requested)
+
+    def recover(self, node, end_time, stats_of):
+        # ``stats_of`` reads the service's files: it runs on the reactor
+        # thread, between reading the running jobs and ending them (each
+        # only if it still runs then).
+        def end(records):
+            if not records:
+                return []
+            plan = [(r, stats_of(r), "the service stopped while the job ran"
+                     if r.pid is not None
+                     else "the service stopped before the job's process started")
+                    for r in records]
+
+            def lost(tx):
+                ended = []
+                for record, stats, reason in plan:
+                    row = tx.one(
+                        "UPDATE jobs SET state = %(finished)s, outcome = 'lost',"
+                        " end_time = %(end_time)s, stats = %(stats)s, reason = %(reason)s"
+                        f" WHERE seq = %(seq)s AND state = %(running)s RETURNING {_SELECT}",
+                        {"finished": FINISHED, "end_time": end_time,
+                         "stats": dump_json(stats), "reason": reason, "seq": record.seq,
+                         "running": RUNNING})
+                    if row is not None:
+                        ended.append(self._ended(tx, row))
+                return ended
+
+            return self._write_statements(lost)
+
+        return self.running(node).addCallback(end)
+
+    def prune(self, keep, node=None):
+        whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
+
+        # Called after every job ends: the count, from the index, spares a
+        # sort of the whole finished list (and a write) when nothing is to go.
+        def count(tx):
+            return tx.one(f"SELECT COUNT(*) FROM jobs WHERE {_FINISHED_PRUNED}", whose)[0]
+
+        def forget(tx):
+            old = [self._record(self._jobs.listed, row) for row in tx.all(
+                f"DELETE FROM jobs WHERE {_FINISHED_PRUNED} AND seq NOT IN"
+                f" (SELECT seq FROM jobs WHERE {_FINISHED_PRUNED}"
+                " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
+                f" RETURNING {SELECT_LISTED}", whose)]
+            if old:
+                tx.changed(PRUNED)
+            return old
+
+        return self._read_statements(count).addCallback(
+            lambda finished: self._write_statements(forget) if finished > keep else [])
+
+    # -- IJobStore: reads ------------------------------------------------------
+
+    def get(self, jobid):
+        return self._read_statements(lambda tx: self._one(tx, _BY_KEY, {"key": fold(jobid)}))
+
+    def schedule_jobs(self, name):
+        def count(tx):
+            found = dict(tx.all(
+                "SELECT state, COUNT(*) FROM jobs WHERE schedule = %(name)s"
+                " AND state != %(finished)s GROUP BY state",
+                {"name": name, "finished": FINISHED}))
+            return found.get(PENDING, 0), found.get(RUNNING, 0)
+
+        return self._read_statements(count)
+
+    def jobs(self, project=None):
+        where, params = [], {}
+        if project is not None:
+            where, params = ["project_key = %(project)s"], {"project": fold(project)}
+
+        def listing(tx):
+            listed = self._jobs.listed
+            return tuple([self._record(listed, row) for row in rows]
+                         for rows in self._listed(tx, where, params))
+
+        return self._read_statements(listing)
+
+    def counts(self):
+        def count(tx):
+            found = {PENDING: 0, RUNNING: 0, FINISHED: 0}
+            found.update(tx.all("SELECT state, COUNT(*) FROM jobs GROUP BY state", {}))
+            return found
+
+        return self._read_statements(count)
+
+    def tally(self):
+        return self._read_statements(lambda tx: {
+            (state, project, node): n for state, project, node, n in tx.all(TALLY, {})})
+
+    def running(self, node=None):
+        return self._read_statements(lambda tx: self._running(tx, node))
+
