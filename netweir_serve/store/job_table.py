@@ -42,7 +42,7 @@ class JobColumns:
 
 # The column lists (names alone: the same for every backend).
 _NAMES = JobColumns({kind: (None, None) for _, kind in JOB_FIELDS})
-_SELECT = select_list(_NAMES.all)
+SELECT_ALL = select_list(_NAMES.all)
 # What a listing reads, in this order (a backend's ``_listed``).
 SELECT_LISTED = select_list(_NAMES.listed)
 LISTED_STATE = [c.name for c in _NAMES.listed].index("state")
@@ -53,7 +53,7 @@ _INSERT = (f"INSERT INTO jobs (key, project_key, {select_list(_NAMES.inserted)})
 
 _CLAIM = (
     "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
-    f" WHERE seq = %(seq)s AND state = 'pending' RETURNING {_SELECT}")
+    f" WHERE seq = %(seq)s AND state = 'pending' RETURNING {SELECT_ALL}")
 
 # The finished jobs one node's --keep counts: its own and those no node
 # ran (cancelled while pending: they have no files), or (no node given)
@@ -81,7 +81,7 @@ class JobTable:
         return record_of(JobRecord, columns, row)
 
     def _one(self, tx, where, params):
-        row = tx.one(f"SELECT {_SELECT} FROM jobs WHERE {where}", params)
+        row = tx.one(f"SELECT {SELECT_ALL} FROM jobs WHERE {where}", params)
         return self._record(self._jobs.all, row) if row else None
 
     def _ended(self, tx, row):
@@ -97,7 +97,7 @@ class JobTable:
         if node is not None:
             where += " AND (node = %(node)s OR node IS NULL)"
         return [self._record(self._jobs.all, row) for row in tx.all(
-            f"SELECT {_SELECT} FROM jobs WHERE {where} ORDER BY seq", params)]
+            f"SELECT {SELECT_ALL} FROM jobs WHERE {where} ORDER BY seq", params)]
 
     def _lock_claims(self, tx):
         """Keeps every other claim out until this one commits (the backend's)."""
@@ -160,7 +160,7 @@ class JobTable:
             row = tx.one(
                 "UPDATE jobs SET state = %(pending)s, node = NULL, start_time = NULL"
                 " WHERE key = %(key)s AND state = %(running)s AND node = %(node)s"
-                f" AND start_time = %(claimed_at)s AND pid IS NULL RETURNING {_SELECT}",
+                f" AND start_time = %(claimed_at)s AND pid IS NULL RETURNING {SELECT_ALL}",
                 {"pending": PENDING, "running": RUNNING, "key": fold(jobid), "node": node,
                  "claimed_at": claimed_at})
             if row is None:
@@ -178,7 +178,7 @@ class JobTable:
         def started(tx):
             row = tx.one(
                 "UPDATE jobs SET pid = %(pid)s, proc_start = %(proc_start)s"
-                f" WHERE key = %(key)s AND state = %(running)s RETURNING {_SELECT}",
+                f" WHERE key = %(key)s AND state = %(running)s RETURNING {SELECT_ALL}",
                 {"pid": pid, "proc_start": proc_start, "running": RUNNING, **key})
             if row is None:
                 return self._one(tx, _BY_KEY, key)
@@ -201,7 +201,7 @@ class JobTable:
             "UPDATE jobs SET state = %(finished)s, outcome = %(outcome)s,"
             " end_time = %(end_time)s, exit_status = %(exit_status)s, stats = %(stats)s,"
             " reason = %(reason)s WHERE key = %(key)s AND state != %(finished)s"
-            f" RETURNING {_SELECT}", values)))
+            f" RETURNING {SELECT_ALL}", values)))
 
     def cancel_pending(self, jobid, end_time):
         values = {"finished": FINISHED, "end_time": end_time, "pending": PENDING,
@@ -212,7 +212,7 @@ class JobTable:
         return self._write_statements(lambda tx: self._ended(tx, tx.one(
             "UPDATE jobs SET state = %(finished)s, outcome = 'cancelled',"
             " end_time = %(end_time)s, reason = %(reason)s"
-            f" WHERE key = %(key)s AND state = %(pending)s RETURNING {_SELECT}", values)))
+            f" WHERE key = %(key)s AND state = %(pending)s RETURNING {SELECT_ALL}", values)))
 
     def mark_cancel_requested(self, jobid, kill=False):
         # A flag as the backend holds one; a kill asked once stays asked.
@@ -246,7 +246,7 @@ class JobTable:
                     row = tx.one(
                         "UPDATE jobs SET state = %(finished)s, outcome = 'lost',"
                         " end_time = %(end_time)s, stats = %(stats)s, reason = %(reason)s"
-                        f" WHERE seq = %(seq)s AND state = %(running)s RETURNING {_SELECT}",
+                        f" WHERE seq = %(seq)s AND state = %(running)s RETURNING {SELECT_ALL}",
                         {"finished": FINISHED, "end_time": end_time,
                          "stats": dump_json(stats), "reason": reason, "seq": record.seq,
                          "running": RUNNING})

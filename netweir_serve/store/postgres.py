@@ -20,7 +20,6 @@ StoreError, a sentence saying why.
 
 import json
 import secrets
-from dataclasses import replace
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -31,14 +30,11 @@ from zope.interface import implementer
 
 from ..names import fold
 from .interfaces import IClusterStore, IJobStore, IScheduleStore
-from .runpolicy import first_that_may_run
-from .records import (
-    FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord, NodeNameTaken, StoreError)
-from .columns import (
-    JOB_FIELDS, POLICY_FIELDS, POSTGRES_KINDS, SCHEDULE_FIELDS, TALLY, claim_candidates,
-    columns_of, dump_json, record_of, select_list, without)
-from .notices import CHANGED, CHANNEL, CLAIMED, CANCEL, ENDED, NODE, QUEUED, STARTED, STATS
-from .notices import PROGRESS, PRUNED
+from .records import FINISHED, PENDING, RUNNING, NodeNameTaken, StoreError
+from .columns import POSTGRES_KINDS, SCHEDULE_FIELDS, columns_of, dump_json
+from .job_table import LISTED_STATE, SELECT_ALL, SELECT_LISTED, JobColumns, JobTable, where_all
+from .notices import CHANGED, CHANNEL, NODE, STATS
+from .notices import PROGRESS
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
@@ -69,35 +65,11 @@ CLAIM_LOCK = 0x6E77_0002
 # ... and the one that serializes registrations of node names.
 NODE_LOCK = 0x6E77_0003
 
-
-COLUMNS = columns_of(JOB_FIELDS, POSTGRES_KINDS)
-LISTED = without(COLUMNS, "stats")
-_INSERTED = without(COLUMNS, "seq")
-_SELECT = select_list(COLUMNS)
-_SELECT_LISTED = select_list(LISTED)
-
 _NODE_FIELDS = ("name", "url", "heartbeat", "started", "dead", "age", "projects")
 _SELECT_NODE = (
     "SELECT name, url, extract(epoch FROM heartbeat)::float8,"
     " extract(epoch FROM started)::float8, dead,"
     " extract(epoch FROM now() - heartbeat)::float8, projects FROM nodes")
-
-# What the run policies ask of a job (store.runpolicy), for a claim.
-_POLICY = tuple(c for c in COLUMNS if c.name in POLICY_FIELDS)
-_SELECT_POLICY = select_list(_POLICY)
-_CANDIDATES = claim_candidates(_POLICY, "= ANY(%(keys)s)")
-
-# The finished jobs one node's --keep counts: its own and those no node
-# ran (cancelled while pending: they have no files), or all of them.
-_PRUNED = "(%(node)s::text IS NULL OR node = %(node)s OR node IS NULL)"
-
-_CLAIM = (
-    "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
-    f" WHERE seq = %(seq)s AND state = 'pending' RETURNING {_SELECT}")
-
-
-def _record(columns, row):
-    return record_of(JobRecord, columns, row)
 
 
 def _node(row):
@@ -208,7 +180,7 @@ def _broken(cursor):
 
 
 @implementer(IJobStore, IScheduleStore, IClusterStore)
-class PostgresJobStore(ScheduleTable):
+class PostgresJobStore(JobTable, ScheduleTable):
     """The job table in the PostgreSQL database ``url`` (a postgresql://
     URL or a libpq key=value string; its ``options`` may set a search_path
     to keep the tables in a schema of their own), on ``reactor`` (``clock``
@@ -268,7 +240,9 @@ class PostgresJobStore(ScheduleTable):
     def _read(self, work):
         return self._run(work, "read")
 
-    # ScheduleTable's statements (written for psycopg), and what it needs.
+    # JobTable's and ScheduleTable's statements (written for psycopg), and
+    # what they need.
+    _jobs = JobColumns(POSTGRES_KINDS)
     _schedule_columns = columns_of(SCHEDULE_FIELDS, POSTGRES_KINDS)
     _name_taken = psycopg.errors.UniqueViolation
     _write_statements = _write
@@ -391,208 +365,25 @@ class PostgresJobStore(ScheduleTable):
     def version(self):
         return self._version
 
-    def add(self, record):
-        values = tuple(c.to_db(getattr(record, c.name)) for c in _INSERTED)
-        marks = ", ".join("%s" for _ in _INSERTED)
+    def _lock_claims(self, tx):
+        # Two claims at once, each in READ COMMITTED, would each see the
+        # other's job still pending (not yet committed) and so each
+        # find its own job free to run, although the two share a lock.
+        # So every claim first takes this advisory lock, held to its
+        # commit, and its reads, begun after it is granted, see every
+        # claim made before it. Claims are a few milliseconds.
+        tx.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
 
-        def insert(tx):
-            try:
-                seq = tx.one(
-                    f"INSERT INTO jobs (key, project_key, {select_list(_INSERTED)})"
-                    f" VALUES (%s, %s, {marks}) RETURNING seq",
-                    (fold(record.id), fold(record.project)) + values)[0]
-            except psycopg.errors.UniqueViolation:
-                raise DuplicateJob(record.id) from None
-            tx.changed(QUEUED, record.id)
-            return seq
-
-        return self._write(insert).addCallback(
-            lambda seq: _with_seq(record, seq))
-
-    def get(self, jobid):
-        return self._read(lambda tx: _one(tx, "key = %s", (fold(jobid),)))
-
-    def claim_next(self, node, projects, now, max_per_spider=None):
-        keys = sorted({fold(p) for p in projects})
-        if not keys:
-            return defer.succeed(None)
-
-        def claim(tx):
-            # Two claims at once, each in READ COMMITTED, would each see the
-            # other's job still pending (not yet committed) and so each
-            # find its own job free to run, although the two share a lock.
-            # So every claim first takes this advisory lock, held to its
-            # commit, and its reads, begun after it is granted, see every
-            # claim made before it. Claims are a few milliseconds.
-            tx.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
-            running = [_record(_POLICY, row) for row in tx.all(
-                f"SELECT {_SELECT_POLICY} FROM jobs WHERE state = 'running'")]
-            pending = [_record(_POLICY, row) for row in tx.all(_CANDIDATES, {"keys": keys})]
-            while True:
-                # The run policies decide as on every backend (store.runpolicy).
-                chosen = first_that_may_run(running, pending, max_per_spider)
-                if chosen is None:
-                    return None
-                row = tx.one(_CLAIM, {"node": node, "now": now, "seq": chosen.seq})
-                if row is not None:
-                    break
-                # Cancelled (ended) since it was read: the next may run.
-                pending.remove(chosen)
-            claimed = _record(COLUMNS, row)
-            tx.changed(CLAIMED, claimed.id, node)
-            return claimed
-
-        return self._write(claim)
-
-    def schedule_jobs(self, name):
-        def count(tx):
-            found = dict(tx.all(
-                "SELECT state, count(*) FROM jobs WHERE schedule = %s AND state != %s"
-                " GROUP BY state", (name, FINISHED)))
-            return found.get(PENDING, 0), found.get(RUNNING, 0)
-
-        return self._read(count)
-
-    def release_claim(self, jobid, node, claimed_at):
-        def release(tx):
-            row = tx.one(
-                "UPDATE jobs SET state = %s, node = NULL, start_time = NULL WHERE key = %s"
-                " AND state = %s AND node = %s AND start_time = %s AND pid IS NULL"
-                f" RETURNING {_SELECT}", (PENDING, fold(jobid), RUNNING, node, claimed_at))
-            if row is None:
-                return None
-            record = _record(COLUMNS, row)
-            # Queued again: the other nodes' pollers wake for it.
-            tx.changed(QUEUED, record.id)
-            return record
-
-        return self._write(release)
-
-    def mark_started(self, jobid, pid, proc_start=None):
-        def started(tx):
-            row = tx.one(f"UPDATE jobs SET pid = %s, proc_start = %s WHERE key = %s"
-                         f" AND state = %s RETURNING {_SELECT}",
-                         (pid, proc_start, fold(jobid), RUNNING))
-            if row is None:
-                return _one(tx, "key = %s", (fold(jobid),))
-            record = _record(COLUMNS, row)
-            tx.changed(STARTED, record.id, record.node)
-            return record
-
-        return self._write(started)
-
-    def mark_finished(self, jobid, outcome, end_time, exit_status=None, stats=None,
-                      reason=None):
-        if outcome not in OUTCOMES:
-            return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
-
-        def finished(tx):
-            # The first end recorded stands (IJobStore.mark_finished).
-            return _ended(tx, tx.one(
-                f"UPDATE jobs SET state = %s, outcome = %s, end_time = %s, exit_status = %s,"
-                f" stats = %s, reason = %s WHERE key = %s AND state != %s RETURNING {_SELECT}",
-                (FINISHED, outcome, end_time, exit_status, dump_json(stats), reason,
-                 fold(jobid), FINISHED)))
-
-        return self._write(finished)
-
-    def cancel_pending(self, jobid, end_time):
-        def cancel(tx):
-            # One statement: a claim holding the row makes it wait, then
-            # finds the job no longer pending.
-            return _ended(tx, tx.one(
-                "UPDATE jobs SET state = %s, outcome = 'cancelled', end_time = %s, reason = %s"
-                f" WHERE key = %s AND state = %s RETURNING {_SELECT}",
-                (FINISHED, end_time, "cancelled before it started", fold(jobid), PENDING)))
-
-        return self._write(cancel)
-
-    def mark_cancel_requested(self, jobid, kill=False):
-        def requested(tx):
-            row = tx.one("UPDATE jobs SET cancel_requested = true,"
-                         " kill_requested = kill_requested OR %s WHERE key = %s"
-                         " RETURNING id, node", (bool(kill), fold(jobid)))
-            if row is not None:
-                tx.changed(CANCEL, *row)
-
-        return self._write(requested)
-
-    def jobs(self, project=None):
-        where, params = "", ()
-        if project is not None:
-            where, params = "WHERE project_key = %s", (fold(project),)
-
-        def listing(tx):
-            # One statement, so one snapshot: a job moving on meanwhile is
-            # in exactly one of the lists.
-            sections = {PENDING: [], RUNNING: [], FINISHED: []}
-            for row in tx.all(
-                    f"SELECT {_SELECT_LISTED} FROM jobs {where} ORDER BY state,"
-                    " CASE state WHEN 'pending' THEN -priority WHEN 'running' THEN start_time"
-                    " ELSE end_time END, seq", params):
-                record = _record(LISTED, row)
-                sections.setdefault(record.state, []).append(record)
-            return sections[PENDING], sections[RUNNING], sections[FINISHED]
-
-        return self._read(listing)
-
-    def counts(self):
-        def count(tx):
-            found = {PENDING: 0, RUNNING: 0, FINISHED: 0}
-            found.update(tx.all("SELECT state, count(*) FROM jobs GROUP BY state"))
-            return found
-
-        return self._read(count)
-
-    def tally(self):
-        return self._read(lambda tx: {(state, project, node): n for state, project, node, n in
-                                      tx.all(TALLY)})
-
-    def running(self, node=None):
-        return self._read(lambda tx: _running(tx, node))
-
-    def recover(self, node, end_time, stats_of):
-        # ``stats_of`` reads the service's files: it runs on the reactor
-        # thread, between reading the running jobs and ending them (each
-        # only if it still runs then).
-        def end(records):
-            if not records:
-                return []
-            plan = [(r, stats_of(r), "the service stopped while the job ran"
-                     if r.pid is not None
-                     else "the service stopped before the job's process started")
-                    for r in records]
-
-            def lost(tx):
-                ended = []
-                for record, stats, reason in plan:
-                    row = tx.one(
-                        "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s,"
-                        f" stats = %s, reason = %s WHERE seq = %s AND state = %s"
-                        f" RETURNING {_SELECT}",
-                        (FINISHED, end_time, dump_json(stats), reason, record.seq, RUNNING))
-                    if row is not None:
-                        ended.append(_ended(tx, row))
-                return ended
-
-            return self._write(lost)
-
-        return self.running(node).addCallback(end)
-
-    def prune(self, keep, node=None):
-        whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
-
-        def forget(tx):
-            old = [_record(LISTED, row) for row in tx.all(
-                f"DELETE FROM jobs WHERE state = %(finished)s AND {_PRUNED} AND seq NOT IN"
-                f" (SELECT seq FROM jobs WHERE state = %(finished)s AND {_PRUNED}"
-                " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
-                f" RETURNING {_SELECT_LISTED}", whose)]
-            if old:
-                tx.changed(PRUNED)
-            return old
-
-        return self._write(forget)
+    def _listed(self, tx, where, params):
+        # One statement, so one snapshot: a job moving on meanwhile is
+        # in exactly one of the lists.
+        sections = {PENDING: [], RUNNING: [], FINISHED: []}
+        for row in tx.all(
+                f"SELECT {SELECT_LISTED} FROM jobs {where_all(where)} ORDER BY state,"
+                " CASE state WHEN 'pending' THEN -priority WHEN 'running' THEN start_time"
+                " ELSE end_time END, seq", params):
+            sections.setdefault(row[LISTED_STATE], []).append(row)
+        return sections[PENDING], sections[RUNNING], sections[FINISHED]
 
     def close(self):
         """Stops listening, lets the statements under way finish, and closes
@@ -646,7 +437,7 @@ class PostgresJobStore(ScheduleTable):
             lost = {}
             for name in sorted(names):
                 tx.changed(NODE, node=name)
-                lost[name] = _lose(tx, name, end_time, reason) if end_time is not None else []
+                lost[name] = self._lose(tx, name, end_time, reason) if end_time is not None else []
             return lost
 
         return self._write(declare)
@@ -656,7 +447,7 @@ class PostgresJobStore(ScheduleTable):
             f"{_SELECT_NODE} ORDER BY name")])
 
     def mark_lost(self, node, end_time, reason=None):
-        return self._write(lambda tx: _lose(tx, node, end_time, reason))
+        return self._write(lambda tx: self._lose(tx, node, end_time, reason))
 
     def save_stats(self, jobid, stats):
         def save(tx):
@@ -669,8 +460,18 @@ class PostgresJobStore(ScheduleTable):
 
         return self._write(save)
 
+    def _lose(self, tx, node, end_time, reason):
+        """Ends every job still running on ``node`` as lost: the ended
+        records, in queue order, their notices sent."""
+        reason = reason or f"node {node} stopped answering (declared dead)"
+        rows = tx.all(
+            "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s, reason = %s"
+            f" WHERE state = %s AND node = %s RETURNING {SELECT_ALL}",
+            (FINISHED, end_time, reason, RUNNING, node))
+        return sorted((self._ended(tx, row) for row in rows), key=lambda r: r.seq)
 
-# -- statements shared by the methods (run in pool threads) --------------------
+
+# -- run in pool threads -------------------------------------------------------
 
 def _listening_connection(conninfo, described, migrate):
     def connect():
@@ -690,37 +491,3 @@ def _listening_connection(conninfo, described, migrate):
                              f" {_sentence(e)}") from None
 
     return listening_connection(connect, read_version)
-
-
-def _with_seq(record, seq):
-    return replace(record, seq=seq)
-
-
-def _one(tx, where, params):
-    row = tx.one(f"SELECT {_SELECT} FROM jobs WHERE {where}", params)
-    return _record(COLUMNS, row) if row else None
-
-
-def _ended(tx, row):
-    if row is None:
-        return None
-    record = _record(COLUMNS, row)
-    tx.changed(ENDED, record.id, record.node)
-    return record
-
-
-def _running(tx, node):
-    where, params = "state = %s", (RUNNING,)
-    if node is not None:
-        where, params = where + " AND (node = %s OR node IS NULL)", (RUNNING, node)
-    return [_record(COLUMNS, row) for row in tx.all(
-        f"SELECT {_SELECT} FROM jobs WHERE {where} ORDER BY seq", params)]
-
-
-def _lose(tx, node, end_time, reason):
-    reason = reason or f"node {node} stopped answering (declared dead)"
-    rows = tx.all(
-        "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s, reason = %s"
-        f" WHERE state = %s AND node = %s RETURNING {_SELECT}",
-        (FINISHED, end_time, reason, RUNNING, node))
-    return sorted((_ended(tx, row) for row in rows), key=lambda r: r.seq)
