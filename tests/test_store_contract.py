@@ -449,6 +449,25 @@ class JobStoreContract:
         self.assertEqual(self.store.version, version)
 
     @defer.inlineCallbacks
+    def test_a_change_answers_the_record_a_read_gives(self):
+        # A write answers with the row it wrote (RETURNING); the times and
+        # the priority must come back as a read gives them, floats, even
+        # when they were given whole (SQLite's RETURNING gives an integral
+        # REAL as an int).
+        yield self.store.add(record("a", priority=2, created=7))
+        answers = [(yield self.store.claim_next(NODE_A, ["shop"], 8)),
+                   (yield self.store.mark_started("a", 5)),
+                   (yield self.store.mark_cancel_requested("a")) or (yield self.store.get("a")),
+                   (yield self.store.mark_finished("a", "finished", 9))]
+        read = yield self.store.get("a")
+        self.assertEqual(answers[-1], read)
+        for answer in answers:
+            times = (answer.created, answer.priority, answer.start_time)
+            self.assertEqual(times, (7.0, 2.0, 8.0))
+            self.assertEqual([type(t) for t in times], [float] * 3, answer)
+        self.assertIs(type(read.end_time), float)
+
+    @defer.inlineCallbacks
     def test_the_first_end_stands_and_a_second_says_it_changed_nothing(self):
         yield self.store.add(record("a"))
         first = yield self.finish("a", 5.0, exit_status=0, stats={"items": 3})
