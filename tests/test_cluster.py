@@ -495,6 +495,9 @@ class NodeDeathTests(ClusterTestCase):
         self.assertEqual(self.running_on(n1, first), "n0")
         waiting = n0.must_schedule("news", "echo")
         # Only n0 serves news, and its one slot is taken: a slot is awaited.
+        # (n1 lists it once the queueing's notice reached it: its listing is
+        # cached on a version that may trail another node's change.)
+        wait_until(lambda: n1.find(waiting)[0] is not None, 10, "n1 to hear of the job")
         state, entry = n1.find(waiting)
         self.assertEqual(state, "pending")
         self.assertNotIn("waiting_for", entry)
