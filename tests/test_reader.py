@@ -7,7 +7,7 @@ import textwrap
 from twisted.internet import defer, reactor, task, utils
 from twisted.trial import unittest
 
-from netweir_serve.jobs.checked import CheckedJob, InspectError, split_setting
+from netweir_serve.jobs.checked import CheckedJob, InspectError, check_job, split_setting
 from netweir_serve.spiders.reader import SpiderReader
 from netweir_serve.projects import Project
 
@@ -345,9 +345,9 @@ class CheckJobTests(InspectorCase):
         os.makedirs(self.data_dir)
 
     def check(self, spider_name="books", settings=(), arguments=()):
-        return self.inspector.checkJob(
-            self.project, spider_name, list(settings), list(arguments), self.data_dir
-        )
+        # As the job core asks: settings resolved there, checked here.
+        return check_job(self.inspector, self.project, spider_name, list(settings),
+                         list(arguments), self.data_dir)
 
     @defer.inlineCallbacks
     def test_accepted_job_keeps_what_the_user_gave(self):

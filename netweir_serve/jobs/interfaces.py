@@ -111,8 +111,10 @@ class ISpiderReader(Interface):
         """Deferred sorted list of the project's spider names; fails with
         InspectError saying why not."""
 
-    def checkJob(project, spider, settings, arguments, data_dir):
-        """Deferred CheckedJob when the job can run; fails with InspectError."""
+    def checkJob(project, spider, settings, arguments, spelled=None):
+        """Deferred jobs.checked.FoundSpider when the job can run with
+        ``settings`` (normalised, path settings already resolved by the job
+        core: jobs.checked.check_job); fails with InspectError."""
 
     def stop():
         """Deferred that fires once no reader process is left."""

@@ -16,7 +16,7 @@ from twisted.internet import defer
 from ..names import spelled_settings
 from ..store.records import DuplicateJob, Refusal
 from . import datapaths, policies
-from .checked import InspectError
+from .checked import InspectError, check_job
 
 
 class SubmitRefused(Refusal):
@@ -110,8 +110,8 @@ class JobSubmitter:
         except ValueError as e:
             raise JobRefused(str(e)) from None
         try:
-            checked = yield self._reader.checkJob(
-                project, request.spider, request.settings, request.arguments, data_dir)
+            checked = yield check_job(self._reader, project, request.spider, request.settings,
+                                      request.arguments, data_dir)
         except InspectError as e:
             prepared.undo()
             raise JobRefused(e.message) from None

@@ -19,10 +19,8 @@ import sys
 from twisted.internet import defer
 from zope.interface import implementer
 
-from ..jobs import datapaths
-from ..jobs.checked import CheckedJob, InspectError, split_setting
+from ..jobs.checked import FoundSpider, InspectError
 from ..jobs.interfaces import ISpiderReader
-from ..names import spelled_settings
 from . import protocol
 from .runners import OneShotRunner, WarmRunner, last_lines
 
@@ -93,48 +91,28 @@ class SpiderReader:
         request = protocol.list_request(project.name, project.path, self._timeout)
         return self._ask(project, request)
 
-    def checkJob(self, project, spider, settings, arguments, data_dir):
-        """Deferred CheckedJob if ``spider`` of ``project`` can run with
-        ``settings`` and ``arguments``; fails with InspectError saying why not.
+    def checkJob(self, project, spider, settings, arguments, spelled=None):
+        """Deferred FoundSpider if ``spider`` of ``project`` can run with
+        ``settings`` and ``arguments``; fails with InspectError saying why
+        not. The job core hands them over ready (jobs.checked.check_job):
+        ``settings`` are ``(key, value)`` pairs, each key the setting it
+        names, path settings already absolute; they are checked as
+        ``netweir crawl -s`` reads them, on top of the spider's own
+        settings (for ``warc`` and ``har`` the directory they go in must
+        exist). ``spelled`` maps a key to how the user typed it, for the
+        refusal to name it so. ``arguments``: ``(name, value)`` pairs, each
+        to become an attribute of the spider."""
+        return defer.maybeDeferred(self._check_job, project, spider, settings, arguments,
+                                   spelled or {})
 
-        ``settings``: ``(key, value)`` pairs as the user gave them (see
-        ``split_setting``; a ``"KEY=VALUE"`` string is split the same way;
-        a key in capitals names the setting in lower case, see
-        ``names.setting_name``, and the CheckedJob has it so),
-        checked as ``netweir crawl -s`` reads them, on top of the spider's
-        own settings. Path settings must lie inside ``data_dir``
-        (``DIR/data/PROJECT``; see datapaths), and are checked there as
-        absolute paths: for ``warc`` and ``har`` the directory they go in
-        must exist. ``arguments``: ``(name, value)`` pairs, each to become
-        an attribute of the spider."""
-        return defer.maybeDeferred(
-            self._check_job, project, spider, settings, arguments, data_dir
-        )
-
-    def _check_job(self, project, spider, settings, arguments, data_dir):
-        settings, spelled = spelled_settings(
-            split_setting(item) if isinstance(item, str) else tuple(item) for item in settings
-        )
-        arguments = tuple(tuple(item) for item in arguments)
-        try:
-            resolved = datapaths.resolve_settings(data_dir, settings)
-        except ValueError as exc:
-            raise InspectError(str(exc)) from None
+    def _check_job(self, project, spider, settings, arguments, spelled):
         request = protocol.check_request(
-            project.name, project.path, self._timeout, spider=spider, settings=resolved,
+            project.name, project.path, self._timeout, spider=spider, settings=settings,
             # MAX_ITEMS is max_items, but a refusal names what was typed.
             spelled=spelled, arguments=arguments,
         )
         checked = self._ask(project, request)
-        checked.addCallback(
-            lambda found: CheckedJob(
-                project=project.name,
-                spider=found["spider"],
-                spider_file=found["file"],
-                settings=settings,
-                arguments=arguments,
-            )
-        )
+        checked.addCallback(lambda found: FoundSpider(found["spider"], found["file"]))
         return checked
 
     def stop(self):
