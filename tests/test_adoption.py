@@ -1141,13 +1141,13 @@ class AdoptingLauncherTests(unittest.TestCase):
             ProjectTable([Project("shop", os.path.join(self.dir, "project"))]), self.dir, 1,
             grace=self.GRACE, signal_process=self.signals, watch_process=self.watch)
 
-    def left_running(self, jobid, pid, cancel=False):
+    def left_running(self, jobid, pid, cancel=False, kill=False):
         self.successResultOf(self.store.add(JobRecord(id=jobid, project="shop", spider="s",
                                                       spider_file="/p/s.py")))
         self.successResultOf(self.store.claim_next("node", ["shop"], 10.0))
         self.successResultOf(self.store.mark_started(jobid, pid, f"boot:{pid}"))
-        if cancel:
-            self.successResultOf(self.store.mark_cancel_requested(jobid))
+        if cancel or kill:
+            self.successResultOf(self.store.mark_cancel_requested(jobid, kill=kill))
         return self.successResultOf(self.store.get(jobid))
 
     def end(self, jobid, pid, status):
@@ -1206,6 +1206,27 @@ class AdoptingLauncherTests(unittest.TestCase):
         self.reactor.advance(self.GRACE)
         self.assertEqual(self.signals.sent, [(pid, KILL_SIGNAL, False)])
         self.assertEqual(self.end("a", pid, 0).outcome, "cancelled")
+
+    def test_a_kill_asked_of_the_last_service_is_carried_out_at_once(self):
+        pid = 60_000_001
+        self.launcher.adopt(self.left_running("a", pid, kill=True))
+        self.reactor.advance(0)
+        self.assertEqual(self.signals.sent, [(pid, KILL_SIGNAL, False)])
+        self.assertEqual(self.end("a", pid, -9).outcome, "cancelled")
+
+    def test_a_dropped_job_frees_its_stop_and_its_private_file(self):
+        # Recorded lost by another node: its end is never recorded here.
+        pid = 60_000_001
+        self.launcher.adopt(self.left_running("a", pid))
+        private = os.path.join(self.dir, "run", "a.json")
+        os.makedirs(os.path.dirname(private))
+        open(private, "w").close()
+        stopped = []
+        self.launcher.stop().addCallback(stopped.append)
+        self.assertEqual(stopped, [])
+        self.assertTrue(self.launcher.drop("a"))
+        self.assertEqual(stopped, [None])
+        self.assertFalse(os.path.exists(private))
 
     def test_hand_over_lets_an_adopted_job_go(self):
         pid = 60_000_001

@@ -549,6 +549,27 @@ class RecordingFailureTests(unittest.TestCase):
         self.assertEqual((rig.get("a").outcome, rig.ended), ("lost", []))
         self.flushLoggedErrors(StoreError)
 
+    def test_on_a_shared_table_a_late_end_whose_reading_fails_is_tried_again(self):
+        rig = Rig(self, max_jobs=1)
+        rig.store.shared = True
+        rig.schedule("a")
+        real_end, real_get = rig.store.mark_finished, rig.store.get
+
+        def committed_unanswered(*args, **kwargs):
+            real_end(*args, **kwargs)
+            return defer.fail(StoreError("the connection was lost as the change was committed"))
+
+        self.patch(rig.store, "mark_finished", committed_unanswered)
+        rig.exit("a", 0)
+        self.patch(rig.store, "mark_finished", real_end)
+        self.patch(rig.store, "get", lambda jobid: defer.fail(StoreError("cut off again")))
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual(rig.ended, [])
+        self.patch(rig.store, "get", real_get)
+        rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual([(r.id, r.outcome) for r in rig.ended], [("a", "finished")])
+        self.flushLoggedErrors(StoreError)
+
     def test_on_a_shared_table_an_end_whose_commit_answer_was_lost_is_told(self):
         # The failed write was committed after all: the end found is its own.
         rig = Rig(self, max_jobs=1)

@@ -249,3 +249,19 @@ class FenceTests(unittest.TestCase):
         self.assertTrue(self.node.may_claim())
         # Lifted: a round is asked for at once, not at the next safety net.
         self.assertEqual(len(self.polls), before + 1)
+
+    def test_the_fence_counts_from_when_the_last_beat_was_sent(self):
+        # A beat that waits 2 s for its answer: the table stamped it when it
+        # was sent, and the others judge the node from that stamp.
+        slow = defer.Deferred()
+        self.store.heartbeat = lambda name: slow
+        self.clock.advance(BEAT)
+        sent_at = self.clock.seconds()
+        self.clock.advance(2.0)
+        slow.callback(True)
+        self.store.heartbeat = lambda name: defer.fail(
+            StoreError("the job table could not be written: cut off"))
+        self.clock.advance(sent_at + TIMEOUT - 0.1 - self.clock.seconds())
+        self.assertTrue(self.node.may_claim())
+        self.clock.advance(0.2)
+        self.assertFalse(self.node.may_claim())

@@ -24,6 +24,7 @@ changed elsewhere is read again.
 from twisted.internet import defer
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ..jobs.events import CHANGED, ENDED
 from ..store.records import FINISHED, RUNNING, StoreError
@@ -113,12 +114,18 @@ class NodeMembership:
         self._beating.addBoth(self._beaten)
         return None
 
-    def _beaten(self, _):
+    def _beaten(self, result):
         self._beating = None
+        if isinstance(result, Failure):
+            # A StoreError is said where it happens; anything else is a bug.
+            self.log.failure("node {name}: a heartbeat failed", result, name=self.name)
 
     @defer.inlineCallbacks
     def _beat_once(self):
         try:
+            # The table stamps the beat as it starts: the fence counts from
+            # when it was sent, not from when its answer came back.
+            sent_at = self._clock.seconds()
             alive = yield self._store.heartbeat(self.name)
             beaten_at = self._clock.seconds()
             if self._in_touch_since is None:
@@ -126,7 +133,7 @@ class NodeMembership:
             if not alive:
                 yield self._declared_dead()
             fenced = not self.may_claim()
-            self._live_at = beaten_at
+            self._live_at = sent_at
             if fenced:
                 self._poller.poll()  # the fence is lifted: claim again now
             if self._launcher.running_count():

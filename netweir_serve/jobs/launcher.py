@@ -152,7 +152,10 @@ class Launcher:
         job.watch = self._watch(self._reactor, record.pid, record.proc_start,
                                 lambda: self._process_ended(record.id, None))
         self._watch_stats(job)
-        if job.cancel_requested:
+        if record.kill_requested:
+            # A kill was asked of the last service: it is carried out now.
+            job.kill_call = self._reactor.callLater(0, self._kill, job)
+        elif job.cancel_requested:
             # Asked of the last service, whose grace timer went with it: the
             # kill comes once this one's grace is over.
             job.kill_call = self._reactor.callLater(self._grace, self._kill, job)
@@ -290,6 +293,11 @@ class Launcher:
         self._signal(job.pid, KILL_SIGNAL, False)
         self._reactor.callLater(KILL_FALLBACK_SECONDS, self._signal, job.pid, signal.SIGKILL,
                                 True)
+        # Its end is never recorded here: the private settings file goes
+        # now, and a stop waiting for the job waits no more.
+        remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
+        for d in job.ended:
+            d.callback(None)
         return True
 
     def running_stats(self, jobid):
@@ -386,6 +394,8 @@ class Launcher:
             except StoreError as e:
                 self.log.warn("job {jobid}: could not read the end recorded meanwhile: {why}",
                               jobid=jobid, why=e.message)
+                # Tried again: the write finds the end there again, then reads it.
+                self._record_end_later(jobid, end, held)
                 return
             if record is None or (record.outcome, record.end_time) != (
                     end["outcome"], end["end_time"]):
