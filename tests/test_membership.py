@@ -34,6 +34,9 @@ class CutStore:
     def heartbeat(self, name):
         return self._answer(True)
 
+    def running(self, node=None):
+        return self._answer([])
+
     def declare_dead(self, timeout, end_time=None, reason=None):
         self.judged.append(end_time)
         return self._answer({})

@@ -139,7 +139,7 @@ class NodeMembership:
             if self._launcher.running_count():
                 # A backstop to the notices: a cancel or kill asked while
                 # they could not be heard is carried out within a beat.
-                yield self._carry_out_requests(self._launcher.running_ids())
+                yield self._carry_out_requests()
             if beaten_at - self._in_touch_since < self._timeout:
                 # In touch again only lately: if the table itself was away
                 # (a restart of PostgreSQL, its network), every node missed
@@ -195,43 +195,46 @@ class NodeMembership:
 
     def _heard(self, notice):
         if notice.kind == notices.CANCEL and notice.node == self.name and notice.jobid:
-            self._carry_out_requests([notice.jobid])
+            self._carry_out_requests(notice.jobid)
         elif notice.kind == notices.CHANGED:
             # Heard again after the LISTEN connection dropped: a cancel or
             # kill asked meanwhile was not heard, so the table is asked.
-            self._carry_out_requests(self._launcher.running_ids())
+            self._carry_out_requests()
         elif notice.kind == notices.SCHEDULE:
             reloaded = self._timetable.reload()
             reloaded.addErrback(lambda f: self.log.failure("could not read the schedules", f))
         if notice.kind in (notices.QUEUED, notices.ENDED, notices.NODE, notices.CHANGED):
             self._poller.poll()
 
-    def _carry_out_requests(self, jobids):
-        """Does what the table asks of these jobs running here: a cancel or
-        a kill asked on another node is state in the job's record
-        (``cancel_requested``, ``kill_requested``), so whichever way this
-        node hears of it (a notice, the LISTEN connection back, its own
-        look at every beat) it does the same, once."""
-        done = self._read_requests(list(jobids))
+    def _carry_out_requests(self, jobid=None):
+        """Does what the table asks of the jobs running here (of ``jobid``
+        alone, when a notice named it): a cancel or a kill asked on another
+        node is state in the job's record (``cancel_requested``,
+        ``kill_requested``), so whichever way this node hears of it (a
+        notice, the LISTEN connection back, its own look at every beat) it
+        does the same, once."""
+        done = self._read_requests(jobid)
         done.addErrback(lambda f: self.log.failure(
             "could not carry out the cancels asked of this node's jobs", f))
         return done
 
     @defer.inlineCallbacks
-    def _read_requests(self, jobids):
-        for jobid in jobids:
-            try:
-                record = yield self._store.get(jobid)
-            except StoreError as e:
-                self.log.warn("job {jobid}: could not read whether a cancel was asked: {why}",
-                              jobid=jobid, why=e.message)
-                return
-            if record is None:
-                continue
-            done = self._launcher.carry_out(record)
+    def _read_requests(self, jobid):
+        try:
+            if jobid is None:
+                # One read of this node's running jobs, not one per job.
+                records = yield self._store.running(self.name)
+            else:
+                records = [(yield self._store.get(jobid))]
+        except StoreError as e:
+            self.log.warn("node {name}: could not read whether a cancel was asked: {why}",
+                          name=self.name, why=e.message)
+            return
+        for record in records:
+            done = self._launcher.carry_out(record) if record is not None else None
             if done is not None:
                 self.log.info("job {jobid}: {done} asked through the job table",
-                              jobid=jobid, done=done)
+                              jobid=record.id, done=done)
 
     def _stats_changed(self, kind, record):
         if record.state != RUNNING:
