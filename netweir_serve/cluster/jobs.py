@@ -93,11 +93,14 @@ class ClusterJobs:
     def _read_done(self, record, reading):
         if record is None or reading.overtaken or not self._wanted():
             return
-        # The record says where the job is now; the notices only which
-        # kind of change brought it there.
-        kind = {PENDING: QUEUED, FINISHED: ENDED}.get(record.state, reading.kind)
-        if kind in (QUEUED, ENDED) and record.state not in (PENDING, FINISHED):
-            kind = CHANGED
+        # The record says where the job is now; the notices, while it runs,
+        # whether it has just started.
+        if record.state == PENDING:
+            kind = QUEUED
+        elif record.state == FINISHED:
+            kind = ENDED
+        else:
+            kind = STARTED if reading.kind == STARTED else CHANGED
         self._events.publish(kind, record, elsewhere=True)
 
     @staticmethod

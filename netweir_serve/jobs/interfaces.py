@@ -81,10 +81,6 @@ class ILauncher(Interface):
     def running_ids():
         """The ids of the jobs running here."""
 
-    def cancel_requested(jobid):
-        """Whether a cancel was asked of the job running here (False when it
-        does not run here)."""
-
     def carry_out(record):
         """Does what the table's ``record`` of a job running here asks and
         has not been done here yet (its ``cancel_requested``, then its

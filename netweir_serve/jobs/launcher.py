@@ -252,11 +252,6 @@ class Launcher:
         """How many jobs run here now."""
         return len(self._running)
 
-    def cancel_requested(self, jobid):
-        """Whether a cancel was asked here of the job running here."""
-        job = self._running.get(fold(jobid))
-        return job is not None and job.cancel_requested
-
     def carry_out(self, record):
         """Does what ``record`` (the table's) asks of the job running here
         that has not been done yet: a cancel, or a kill (without the grace
