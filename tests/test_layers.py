@@ -28,9 +28,9 @@ MAY_IMPORT = {
     "store": {"store", "names"},
     "reliability": {"reliability", "names"},
     "watching": {"watching"},
-    "jobs": {"jobs", "store", "names", "projects", "_proctree", "folders"},
+    "jobs": {"jobs", "store", "names", "projects", "_proctree", "folders", "reliability"},
     "spiders": {"spiders", "jobs", "names", "projects", "_proctree"},
-    "schedules": {"schedules", "jobs", "store", "names"},
+    "schedules": {"schedules", "jobs", "store", "names", "reliability"},
     "cluster": {"cluster", "jobs", "store", "names"},
 }
 

@@ -22,8 +22,9 @@ from twisted.logger import Logger
 from .. import _proctree
 from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
-from .outcomes import outcome_of
+from .outcomes import end_of
 from .process import KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark, send_signal
+from ..store.records import LOST
 
 log = Logger()
 
@@ -117,14 +118,14 @@ def _settle(store, directory, record, clock):
     stats = read_stats(files.stats) or record.stats
     written = _status_of_this_run(directory, record)
     if written is None:
-        reason = ("the service stopped while the job ran, and it left no exit status"
+        detail = ("the service stopped while the job ran, and it left no exit status"
                   if record.pid is not None
                   else "the service stopped before the job's process started")
         log.warn("job {jobid} was running when the service stopped: marked lost",
                  jobid=record.id)
         return store.mark_finished(record.id, "lost", clock.seconds(), stats=stats,
-                                   reason=reason)
-    outcome = outcome_of(record, written["exit_status"])
+                                   reason=LOST, detail=detail)
+    outcome, reason = end_of(record, written["exit_status"], oom=bool(written.get("oom")))
     end_time = written["end_time"]
     try:
         append_stats(files.log, stats, outcome, end_time)
@@ -133,4 +134,4 @@ def _settle(store, directory, record, clock):
     log.info("job {jobid} ended while no service watched it: {outcome} (exit status"
              " {status})", jobid=record.id, outcome=outcome, status=written["exit_status"])
     return store.mark_finished(record.id, outcome, end_time,
-                               exit_status=written["exit_status"], stats=stats)
+                               exit_status=written["exit_status"], stats=stats, reason=reason)
