@@ -122,6 +122,11 @@ FIGURES = (
     # has no reactor; what its client waits for a listing stands beside.
     Figure("stall_burst", "largest reactor stall, {stall_jobs}+{stall_jobs} jobs (netweir serve:"
            " listjobs.json)", "ms", "< 5 ms", max_value=5),
+    # -- the deadline watch on a Clock (bench/deadlines.py): netweir serve has
+    # none. Every deadline at its time, and one timer for them all.
+    Figure("deadline_error", "deadlines: largest firing error, {deadline_jobs} running jobs on"
+           " a Clock (timers)", "ms", "< 1 ms, 1 timer", max_value=1, extra="timers",
+           max_extra=1),
 ) + _nodes()
 
 BY_KEY = {f.key: f for f in FIGURES}
@@ -130,7 +135,7 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The labels' defaults: the full run's.
 LABEL_DEFAULTS = {"conns": 64, "small": 100, "big": "1,000", "jobs": 100, "streams": 50,
                   "huge": "10,000", "sched": "1,000", "file_mb": 5, "big_mb": 500,
-                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000"}
+                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000", "deadline_jobs": "1,000"}
 
 
 def _format_number(unit, value):
