@@ -337,6 +337,24 @@ class ExpireTests(unittest.TestCase):
                                  "there": ("cancelled", "expired")})
         self.assertEqual(rig.get("other").state, "pending")
 
+    def test_a_job_past_its_expiry_at_start_is_dropped_before_the_poller_starts(self):
+        rig = DeadlineRig(self, max_jobs=1)
+        self.successResultOf(rig.store.add(JobRecord(
+            id="yesterday", project="shop", spider="books", spider_file=rig.spider_file,
+            created=rig.wall.seconds() - 86400,
+            policy=JobPolicy.parse({"expire": "2h"}).to_json())))
+        # The service starts the watch, then the poller (ServeService): the
+        # drop is asked within start(), before any claim can be.
+        self.successResultOf(rig.deadlines.start())
+        self.assertEqual(rig.get("yesterday").reason, "expired")
+        rig.poller.start()
+        rig.settle()
+        record = rig.get("yesterday")
+        self.assertEqual((record.outcome, record.reason, record.pid),
+                         ("cancelled", "expired", None))
+        self.assertEqual(rig.reactor.processes, [])
+        rig.poller.stop()
+
     def test_a_job_another_node_claimed_is_left_alone(self):
         rig = DeadlineRig(self, max_jobs=0)
         rig.submit("a", {"expire": "10"})

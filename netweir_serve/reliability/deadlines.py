@@ -204,10 +204,18 @@ class Deadlines:
 
     def start(self):
         """Watches the pending jobs the table holds (queued before this
-        start, or by other nodes). Fires when they are read; a failure to
-        read them is logged."""
+        start, or by other nodes). Fires when they are read, and those
+        already past their expiry (the service was down) are being
+        dropped: call it before the poller starts, so that their drops
+        are asked before any claim. A failure to read them is logged."""
         self._stopped = False
-        return self.resync()
+        return self.resync().addCallback(lambda _: self._fire_due())
+
+    def _fire_due(self):
+        if self._heap and self._heap[0][0] <= self._reactor.seconds():
+            if self._call is not None and self._call.active():
+                self._call.cancel()
+            self._fire()
 
     def resync(self):
         """Reads the pending jobs again: changes may have gone unheard."""
