@@ -28,7 +28,7 @@ MAY_IMPORT = {
     "store": {"store", "names"},
     "reliability": {"reliability", "names"},
     "watching": {"watching"},
-    "jobs": {"jobs", "store", "names", "projects", "_proctree", "folders"},
+    "jobs": {"jobs", "store", "names", "projects", "_proctree", "folders", "reliability"},
     "spiders": {"spiders", "jobs", "names", "projects", "_proctree"},
     "schedules": {"schedules", "jobs", "store", "names"},
     "cluster": {"cluster", "jobs", "store", "names"},

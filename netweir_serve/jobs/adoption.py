@@ -94,6 +94,7 @@ def settle_left_running(store, launcher, directory, node, clock, identify=_proct
         launcher.settled(settled)
     if ended:
         end_leftovers(directory, ended, kill_marked)
+    launcher.sweep_groups()
     return adopted, ended
 
 
@@ -125,6 +126,8 @@ def _settle(store, directory, record, clock):
         return store.mark_finished(record.id, "lost", clock.seconds(), stats=stats,
                                    reason=reason)
     outcome = outcome_of(record, written["exit_status"])
+    # The kernel killed in the crawl's control group for memory.
+    reason = "memory" if written.get("oom") and outcome == "failed" else None
     end_time = written["end_time"]
     try:
         append_stats(files.log, stats, outcome, end_time)
@@ -133,4 +136,4 @@ def _settle(store, directory, record, clock):
     log.info("job {jobid} ended while no service watched it: {outcome} (exit status"
              " {status})", jobid=record.id, outcome=outcome, status=written["exit_status"])
     return store.mark_finished(record.id, outcome, end_time,
-                               exit_status=written["exit_status"], stats=stats)
+                               exit_status=written["exit_status"], stats=stats, reason=reason)
