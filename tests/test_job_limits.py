@@ -1,0 +1,192 @@
+"""Memory and CPU limits on real control groups (issue 24): the groups made
+on this machine's own hierarchies, and real crawls run by the job's parent
+inside them, one killed by the kernel for memory while another runs on."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from twisted.trial import unittest
+
+from netweir_serve.jobs.files import job_files, read_exit_status
+from netweir_serve.jobs.launcher import limited_settings, max_memory_setting
+from netweir_serve.jobs.process import (
+    crawl_command, job_environment, private_arguments, write_private_file)
+from netweir_serve.reliability import cgroupfs
+from netweir_serve.reliability.cgroups import JobGroups
+from netweir_serve.store.records import JobRecord
+
+from .processes import wait_until
+from .spiders import HEADER
+from .test_jobs import CrawlTestCase
+
+MIB = 1 << 20
+
+# A spider that takes memory fast (16 MiB a step, each page of it
+# written, so it is resident) until it holds 1 GiB: under memory=200M the
+# kernel kills it before Netweir's once-a-second look at max_memory.
+HOG = '''
+class Hog(netweir.Spider):
+    name = "hog"
+    settings = netweir.Settings(throttle=False)
+    start_urls = [SITE + "/one"]
+
+    async def parse(self, page):
+        hoard = []
+        for _ in range(64):
+            hoard.append(b"x" * (16 << 20))
+        yield {"held": len(hoard)}
+'''
+
+
+def here():
+    """This machine's JobGroups for a fresh DIR; the test is skipped only
+    where the machine has no cgroup memory and cpu controllers to use."""
+    groups = JobGroups.detect(tempfile.mkdtemp(prefix="limits-dir-"))
+    if groups.available() != {"memory": True, "cpu": True}:
+        raise unittest.SkipTest(f"no cgroup limits here: {groups.refusals}")
+    return groups
+
+
+def read(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
+class RealGroupTests(unittest.TestCase):
+    def setUp(self):
+        self.groups = here()
+        self.addCleanup(self.groups.remove_dir_groups)
+
+    def test_limits_are_written_in_the_machines_hierarchies_and_removed(self):
+        made = self.groups.create("Limits-1", memory=200 * MIB, cpu=0.2)
+        self.addCleanup(self.groups.remove, "limits-1")
+        self.assertEqual(len(made), len({p.base for p in self.groups.places.values()}))
+        [memory] = self.groups.directories("limits-1", ["memory"])
+        [cpu] = self.groups.directories("limits-1", ["cpu"])
+        if self.groups.places["memory"].version == 1:
+            self.assertEqual(read(os.path.join(memory, "memory.limit_in_bytes")),
+                             str(200 * MIB))
+            if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
+                # No swap: memory and swap together at the same limit.
+                self.assertEqual(read(os.path.join(memory, "memory.memsw.limit_in_bytes")),
+                                 str(200 * MIB))
+            self.assertEqual(read(os.path.join(cpu, "cpu.cfs_quota_us")), "20000")
+            self.assertEqual(read(os.path.join(cpu, "cpu.cfs_period_us")), "100000")
+        else:
+            self.assertEqual(read(os.path.join(memory, "memory.max")), str(200 * MIB))
+            self.assertEqual(read(os.path.join(cpu, "cpu.max")), "20000 100000")
+        self.assertEqual(self.groups.leftovers(), ["job-limits-1"])
+        self.assertEqual(self.groups.remove("LIMITS-1"), [])
+        self.assertFalse(any(os.path.exists(p) for p in made))
+        self.assertEqual(self.groups.leftovers(), [])
+
+    def test_a_process_in_a_group_is_killed_when_the_group_is_removed(self):
+        made = self.groups.create("busy", memory=64 * MIB)
+        sleeper = subprocess.Popen(["sleep", "600"])
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        cgroupfs.join(made, sleeper.pid)
+        self.assertEqual(cgroupfs.members(made), [sleeper.pid])
+        # The kernel keeps a group that holds a process.
+        self.assertEqual(cgroupfs.remove(made), made)
+        self.groups.remove("busy")
+        self.assertEqual(sleeper.wait(10), -9)
+        self.assertEqual(self.groups.remove("busy"), [])
+        self.assertFalse(os.path.exists(made[0]))
+
+    def test_the_sweep_keeps_the_groups_of_running_jobs(self):
+        self.groups.create("running", cpu=1)
+        self.groups.create("ended", memory=64 * MIB, cpu=1)
+        self.addCleanup(self.groups.remove, "running")
+        self.assertEqual(self.groups.sweep(["RUNNING"]), ["job-ended"])
+        self.assertEqual(self.groups.leftovers(), ["job-running"])
+
+
+class ParentTests(CrawlTestCase):
+    """The job's parent (jobs/_crawlparent.py) run as the launcher runs it,
+    with real crawls of the test site."""
+
+    def setUp(self):
+        super().setUp()
+        self.groups = here()
+        self.addCleanup(self.groups.remove_dir_groups)
+        with open(os.path.join(self.shop, "hog.py"), "w") as f:
+            f.write(HEADER.format(site=self.site.base) + HOG)
+        self.dir = os.path.join(self.base, "dir")
+
+    def start(self, jobid, spider, memory=None, cpu=None):
+        """Starts ``spider``'s job as the launcher does; (process, files, groups)."""
+        record = JobRecord(id=jobid, project="shop", spider=spider,
+                           spider_file=os.path.join(self.shop, spider + ".py"),
+                           settings=(("throttle", "false"),), start_time=1.0)
+        files = job_files(self.dir, "shop", spider, jobid)
+        for path in files.all():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        groups = []
+        if memory is not None or cpu is not None:
+            groups = self.groups.create(jobid, memory=memory, cpu=cpu)
+            self.addCleanup(self.groups.remove, jobid)
+        private = os.path.join(self.dir, "run", jobid + ".json")
+        write_private_file(private, private_arguments(
+            JobRecord(**{**record.__dict__,
+                         "settings": limited_settings(record.settings, memory)}),
+            self.dir))
+        with open(files.log, "ab") as log:
+            process = subprocess.Popen(
+                crawl_command(sys.executable, record, files, private, groups),
+                cwd=self.shop, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=job_environment(os.environ))
+        self.addCleanup(lambda: process.poll() is None and process.kill())
+        return process, files, groups
+
+    def test_a_crawl_past_its_memory_limit_is_killed_while_another_runs_on(self):
+        hog, hog_files, hog_groups = self.start("hog1", "hog", memory=200 * MIB)
+        books, books_files, _ = self.start("books1", "books")
+        self.assertEqual(hog.wait(120), 0)
+        self.assertEqual(books.wait(120), 0)
+        written = read_exit_status(hog_files.status)
+        # Killed by the kernel (SIGKILL), and the parent saw why.
+        self.assertEqual((written["exit_status"], written.get("oom")), (-9, True), written)
+        # The group went with the crawl.
+        self.assertFalse(any(os.path.exists(p) for p in hog_groups))
+        # The other crawl ran on to its end, all thirty pages.
+        self.assertEqual(read_exit_status(books_files.status)["exit_status"], 0)
+        with open(books_files.items) as f:
+            self.assertEqual(len(f.read().splitlines()), 30)
+        with open(books_files.status) as f:
+            self.assertNotIn("oom", json.load(f))
+
+    def test_the_crawl_is_in_its_group_and_the_parent_outside(self):
+        crawl, files, groups = self.start("slow1", "slow", memory=256 * MIB, cpu=0.5)
+        # The crawl's pid is in the group once it has started.
+        members = wait_until(lambda: cgroupfs.members(groups), 30, "the crawl in its group")
+        self.assertNotIn(crawl.pid, members)
+        self.assertTrue(all(pid in cgroupfs.members([g]) for g in groups for pid in members))
+        for pid in members:
+            with open(f"/proc/{pid}/status") as f:
+                parent = [line.split()[1] for line in f if line.startswith("PPid:")]
+            self.assertEqual(parent, [str(crawl.pid)])
+
+        def crawling():
+            with open(files.log) as f:
+                return "slow page 1" in f.read()
+
+        # Cancelled once netweir runs (before, SIGTERM ends it outright).
+        wait_until(crawling, 60, "the crawl to fetch its pages")
+        crawl.terminate()
+        self.assertEqual(crawl.wait(60), 0)
+        written = read_exit_status(files.status)
+        self.assertEqual(written["exit_status"], 130)
+        self.assertNotIn("oom", written)
+        self.assertFalse(any(os.path.exists(p) for p in groups))
+
+    def test_max_memory_is_most_of_the_limit_unless_the_job_sets_it(self):
+        self.assertEqual(max_memory_setting(200 * MIB), 170)
+        self.assertEqual(limited_settings((("a", "1"),), 200 * MIB),
+                         (("a", "1"), ("max_memory", "170")))
+        self.assertEqual(limited_settings((("MAX_MEMORY", "50"),), 200 * MIB),
+                         (("MAX_MEMORY", "50"),))
+        self.assertEqual(limited_settings((("a", "1"),), None), (("a", "1"),))
