@@ -188,3 +188,7 @@ class FlagsTests(unittest.TestCase):
                          (["/a", "/b"], ["crawl", "x"]))
         self.assertEqual(cgroupfs.split_flags(["crawl", "--cgroup=/a"]),
                          ([], ["crawl", "--cgroup=/a"]))
+
+    def test_the_parent_knows_the_flag_without_importing_cgroupfs(self):
+        from netweir_serve.jobs import _crawlparent
+        self.assertEqual(_crawlparent._GROUP_FLAG, cgroupfs.FLAG)

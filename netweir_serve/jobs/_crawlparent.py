@@ -33,7 +33,6 @@ import sys
 import time
 
 from .. import _proctree
-from ..reliability import cgroupfs
 # Not ``signal`` and ``json``: with the enum and re modules they import,
 # they cost 10 ms of every job's start.
 from .._proctree import signal
@@ -70,13 +69,14 @@ def _start(private_path, crawl_argv, groups=()):
         return pid
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
-    try:
-        # Before anything of the crawl's runs: a limit asked is never
-        # left unenforced.
-        cgroupfs.join(groups, os.getpid())
-    except OSError as e:
-        os.write(2, f"netweir-serve: cannot join the job's control group: {e}\n".encode())
-        os._exit(CANNOT_RUN)
+    if groups:
+        try:
+            # Before anything of the crawl's runs: a limit asked is never
+            # left unenforced.
+            _cgroupfs().join(groups, os.getpid())
+        except OSError as e:
+            os.write(2, f"netweir-serve: cannot join the job's control group: {e}\n".encode())
+            os._exit(CANNOT_RUN)
     import json
     import runpy
 
@@ -144,11 +144,23 @@ def _run_mark():
     return None
 
 
+def _cgroupfs():
+    # Imported by the jobs with a limit only: the others' start pays nothing.
+    from ..reliability import cgroupfs
+    return cgroupfs
+
+
+# The first words of the command line that name the crawl's control group
+# (reliability/cgroupfs.FLAG, process.crawl_command).
+_GROUP_FLAG = "--cgroup="
+
+
 def _end_the_group(groups):
     """Kills what is left in the crawl's control group and removes it.
     Returns whether the kernel killed in it for memory."""
     if not groups:
         return False
+    cgroupfs = _cgroupfs()
     oom = bool(cgroupfs.oom_kills(groups))
     for _ in range(100):
         # A process killed leaves its group as it exits, a moment later.
@@ -192,7 +204,9 @@ def main(argv):
         sys.stderr.write("usage: _crawlparent STATUS PRIVATE crawl ARGS...\n")
         return 2
     status_path, private_path = argv[0], argv[1]
-    groups, crawl_argv = cgroupfs.split_flags(argv[2:])
+    groups, crawl_argv = [], argv[2:]
+    if crawl_argv[0].startswith(_GROUP_FLAG):
+        groups, crawl_argv = _cgroupfs().split_flags(crawl_argv)
     os.setsid()
     _proctree.become_subreaper()
     signal.signal(signal.SIGTERM, _forward)
