@@ -200,6 +200,13 @@ class JobGroups:
 
     # -- what may be asked -----------------------------------------------------
 
+    def describe(self):
+        """A line for the log: where each limit's groups go, or why none."""
+        return "; ".join(
+            f"{c} in {os.path.join(self.places[c].base, self.dir_name)} (cgroup"
+            f" v{self.places[c].version})" if c in self.places
+            else f"no {c} limits: {self.refusals[c]}" for c in CONTROLLERS)
+
     def available(self):
         """{"memory": bool, "cpu": bool}, for daemonstatus.json."""
         return {controller: controller in self.places for controller in CONTROLLERS}
