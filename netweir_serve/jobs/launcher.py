@@ -44,6 +44,11 @@ _HELD = object()
 # past them its whole process group is killed from here.
 KILL_FALLBACK_SECONDS = 5.0
 
+# A job's control group still holding a process just killed is removed
+# again this often, this many times (a killed process leaves it as it exits).
+GROUP_REMOVAL_DELAY = 0.1
+GROUP_REMOVAL_TRIES = 50
+
 # Netweir's own max_memory, as a share of a job's memory limit: the crawl
 # stops itself cleanly (items closed, checkpoint recorded) before the
 # kernel kills it. Netweir reads its peak resident memory at most once a
@@ -243,15 +248,21 @@ class Launcher:
             # unmounted, a delegation taken back): never run it unlimited.
             raise StartRefused(e.message) from None
 
-    def _remove_group(self, jobid):
+    def _remove_group(self, jobid, tries=GROUP_REMOVAL_TRIES):
         """Removes ``jobid``'s control group, if it has one, killing what
-        is left in it (the parent removes it itself unless it was killed)."""
+        is left in it (the parent removes it itself unless it was killed).
+        A process just killed leaves its group a moment later: tried again
+        every GROUP_REMOVAL_DELAY seconds, ``tries`` times in all."""
         if self._groups is None:
             return
         left = self._groups.remove(jobid)
-        if left:
-            self.log.warn("job {jobid}: could not remove its control group {groups} yet; the"
-                          " next start removes it", jobid=jobid, groups=" ".join(left))
+        if not left:
+            return
+        if tries > 1 and not self._stopping:
+            self._reactor.callLater(GROUP_REMOVAL_DELAY, self._remove_group, jobid, tries - 1)
+        else:
+            self.log.warn("job {jobid}: could not remove its control group {groups}; the next"
+                          " start removes it", jobid=jobid, groups=" ".join(left))
 
     def _oom_killed(self, jobid, written):
         """Whether the kernel killed in ``jobid``'s group for memory: as the
