@@ -4,6 +4,7 @@ inside them, one killed by the kernel for memory while another runs on."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from netweir_serve.store.records import JobRecord
 
 from .processes import wait_until
 from .spiders import HEADER
+from .test_adoption import AdoptionTestCase, parse_time
 from .test_jobs import CrawlTestCase
 
 MIB = 1 << 20
@@ -190,3 +192,87 @@ class ParentTests(CrawlTestCase):
         self.assertEqual(limited_settings((("MAX_MEMORY", "50"),), 200 * MIB),
                          (("MAX_MEMORY", "50"),))
         self.assertEqual(limited_settings((("a", "1"),), None), (("a", "1"),))
+
+
+class DaemonTests(AdoptionTestCase):
+    """The real daemon, jobs queued with ``_memory=`` and ``_cpu=``."""
+
+    def setUp(self):
+        super().setUp()
+        here()
+        with open(os.path.join(self.shop, "hog.py"), "w") as f:
+            f.write(HEADER.format(site=self.site.base) + HOG)
+
+    def groups_of(self, daemon):
+        return JobGroups.detect(daemon.directory)
+
+    def test_a_spider_past_memory_200M_fails_with_reason_memory_while_another_runs_on(self):
+        daemon = self.serve(self.new_dir())
+        other = daemon.must_schedule("shop", "slow", jobid="other", pages="30", delay="0.1")
+        self.running_pid(daemon, other)
+        hog = daemon.must_schedule("shop", "hog", jobid="hog", _memory="200M")
+        entry = daemon.wait_state(hog, "finished", timeout=120)
+        self.assertEqual((entry["outcome"], entry["reason"], entry["exit_status"]),
+                         ("failed", "memory", -9))
+        # The other crawl was running when the kernel killed the hog, and
+        # runs on to its end.
+        self.assertEqual(daemon.find(other)[0], "running")
+        done = daemon.wait_state(other, "finished", timeout=120)
+        self.assertEqual((done["outcome"], done["reason"]), ("finished", "exit 0"))
+        self.assertGreater(parse_time(done["end_time"]), parse_time(entry["end_time"]))
+        self.assertComplete(daemon, done, 30)
+        self.assertEqual(self.groups_of(daemon).leftovers(), [])
+
+    def test_a_cpu_limited_jobs_group_has_the_quota_and_is_gone_after_its_end(self):
+        daemon = self.serve(self.new_dir())
+        jobid = daemon.must_schedule("shop", "slow", jobid="cpu1", pages="20", delay="0.1",
+                                     _cpu="0.2")
+        parent = self.running_pid(daemon, jobid)
+        groups = self.groups_of(daemon)
+        [cpu] = groups.directories(jobid, ["cpu"])
+        quota = "cpu.max" if groups.places["cpu"].version == 2 else "cpu.cfs_quota_us"
+        self.assertEqual(read(os.path.join(cpu, quota)).split()[0], "20000")
+        crawl = wait_until(lambda: cgroupfs.members([cpu]), 30, "the crawl in its group")
+        self.assertNotIn(parent, crawl)
+        # Only the limit asked: no memory group.
+        if groups.places["memory"].base != groups.places["cpu"].base:
+            self.assertFalse(os.path.exists(groups.directories(jobid, ["memory"])[0]))
+        entry = daemon.wait_state(jobid, "finished", timeout=120)
+        self.assertEqual(entry["outcome"], "finished")
+        self.assertFalse(os.path.exists(cpu))
+        self.assertEqual(groups.leftovers(), [])
+
+    def test_an_adopted_jobs_group_is_removed_when_it_ends(self):
+        directory = self.new_dir()
+        daemon = self.serve(directory)
+        jobid = daemon.must_schedule("shop", "slow", jobid="adopted", _memory="256M")
+        parent = self.running_pid(daemon, jobid)
+        groups = JobGroups.detect(directory)
+        [memory] = groups.directories(jobid, ["memory"])
+        wait_until(lambda: cgroupfs.members([memory]), 30, "the crawl in its group")
+        self.kill_9(daemon)
+        again = self.serve(directory)
+        self.assertEqual(again.find(jobid)[0], "running")
+        # Its parent killed: the crawl is left in the group, and the
+        # service that adopted the job empties and removes it.
+        os.kill(parent, signal.SIGKILL)
+        entry = again.wait_state(jobid, "finished", timeout=30)
+        self.assertEqual(entry["outcome"], "lost")
+        wait_until(lambda: not os.path.exists(memory), 10, "the group to be removed")
+        self.assertNothingLeft(again)
+
+    def test_the_next_start_removes_the_group_of_a_job_that_ended_unwatched(self):
+        directory = self.new_dir()
+        daemon = self.serve(directory)
+        jobid = daemon.must_schedule("shop", "slow", jobid="unwatched", _cpu="0.5")
+        parent = self.running_pid(daemon, jobid)
+        groups = JobGroups.detect(directory)
+        [cpu] = groups.directories(jobid, ["cpu"])
+        wait_until(lambda: cgroupfs.members([cpu]), 30, "the crawl in its group")
+        self.kill_9(daemon)
+        os.kill(parent, signal.SIGKILL)
+        again = self.serve(directory)
+        self.assertEqual(again.find(jobid)[1]["outcome"], "lost")
+        wait_until(lambda: not os.path.exists(cpu), 10, "the group to be removed")
+        self.assertEqual(groups.leftovers(), [])
+        self.assertNothingLeft(again)
