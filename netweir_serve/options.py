@@ -18,6 +18,8 @@ from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_lis
 from .store import store_location
 from .names import name_problem
 from .projects import ProjectError, ProjectTable, parse_project
+from .reliability.policy import PolicyError
+from .reliability.rules import PolicyRules, parse_rule
 from .schedules.times import local_zone_name
 
 USERNAME_VARIABLE = "NETWEIR_SERVE_USERNAME"
@@ -102,6 +104,8 @@ class ServeConfig:
     notify_on: tuple = OUTCOMES
     notify_secret: str = None
     notify_timeout: float = 10.0
+    # The --policy rules of projects and spiders (reliability.rules).
+    policies: PolicyRules = PolicyRules()
 
     @property
     def endpoints(self):
@@ -271,6 +275,7 @@ class ServeOptions(usage.Options):
         self["listen"] = []
         self["notify"] = []
         self["notify-on"] = OUTCOMES
+        self["policy"] = []
 
     def parseOptions(self, options=None):
         if self.parent is None:
@@ -307,6 +312,14 @@ class ServeOptions(usage.Options):
         """the outcomes --notify sends, comma-separated (default: finished,failed,cancelled,lost)"""  # noqa: E501
         self["notify-on"] = parse_outcomes(value)
 
+    def opt_policy(self, rule):
+        """a policy for a project's jobs or one spider's: PROJECT[/SPIDER]:KEY=VALUE[,KEY=VALUE...] with keys timeout, stall, expire, retries, retry_on, backoff, memory, cpu (--policy shop:timeout=6h,retries=2); give it once per rule"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        try:
+            parse_rule(rule)
+        except PolicyError as e:
+            raise usage.UsageError(e.message) from None
+        self["policy"].append(rule)
+
     def opt_listen(self, description):
         """listen on this Twisted endpoint description (tcp:6800:interface=127.0.0.1, ssl:6443:privateKey=key.pem:certKey=cert.pem, unix:/run/netweir-serve.sock:mode=660, systemd:domain=INET:index=0); give it once per endpoint, in place of --bind and --port"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
         try:
@@ -336,6 +349,11 @@ class ServeOptions(usage.Options):
             self["projects"] = ProjectTable(self["project"])
         except ProjectError as e:
             raise usage.UsageError(str(e)) from None
+        self["policies"] = PolicyRules.parse(self["policy"])
+        for project in sorted(self["policies"].projects_named()):
+            if self["projects"].get(project) is None:
+                raise usage.UsageError(f"--policy names project {project!r}, which no"
+                                       " --project serves")
         if self["max-jobs"] is None:
             self["max-jobs"] = default_max_jobs()
         if not self["dir"]:
@@ -404,4 +422,5 @@ class ServeOptions(usage.Options):
             node=self["node-name"] or socket.gethostname(),
             node_url=self["node-url"],
             node_timeout=self["node-timeout"],
+            policies=self["policies"],
         )

@@ -348,7 +348,8 @@ def makeService(config, reactor, wall=None):
     # jobs get, without the service's credentials.
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
-    submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory)
+    submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
+                             rules=config.policies, enforceable=groups.refusal)
     watching = _watching(config, reactor, store, core, wall)
     timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
                           on_change=watching.schedule_changed,

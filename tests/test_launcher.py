@@ -233,7 +233,8 @@ class LaunchingTests(unittest.TestCase):
         rig = Rig(self)
         rig.schedule("orphan", project="removed")
         self.assertEqual(rig.get("orphan").outcome, "failed")
-        self.assertIn("no longer served", rig.get("orphan").reason)
+        self.assertEqual(rig.get("orphan").reason, "not started")
+        self.assertIn("no longer served", rig.get("orphan").detail)
 
     def test_os_refusing_to_spawn_fails_the_job_without_leaking_a_slot(self):
         rig = Rig(self, max_jobs=1, fail_with=OSError(24, "Too many open files"))
@@ -452,7 +453,8 @@ class UnexpectedStartErrorTests(unittest.TestCase):
         rig.schedule("a")
         rig.schedule("b")
         self.assertEqual([rig.get(j).outcome for j in "ab"], ["failed", "failed"])
-        self.assertIn("embedded null byte", rig.get("a").reason)
+        self.assertEqual(rig.get("a").reason, "not started")
+        self.assertIn("embedded null byte", rig.get("a").detail)
         self.assertEqual(len(self.flushLoggedErrors(ValueError)), 2)
 
 

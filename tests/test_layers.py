@@ -30,7 +30,7 @@ MAY_IMPORT = {
     "watching": {"watching"},
     "jobs": {"jobs", "store", "names", "projects", "_proctree", "folders", "reliability"},
     "spiders": {"spiders", "jobs", "names", "projects", "_proctree"},
-    "schedules": {"schedules", "jobs", "store", "names"},
+    "schedules": {"schedules", "jobs", "store", "names", "reliability"},
     "cluster": {"cluster", "jobs", "store", "names"},
 }
 

@@ -657,16 +657,16 @@ class JobStoreContract:
         for r in lost:
             self.assertEqual((r.state, r.outcome, r.end_time), ("finished", "lost", 20.0))
             self.assertEqual(r.stats, {"items": 2, "of": r.id})
-            self.assertTrue(r.reason)
+            self.assertEqual(r.reason, "lost")
             found = yield self.store.get(r.id)
             self.assertEqual((found.state, found.outcome, found.end_time, found.stats),
                              ("finished", "lost", 20.0, {"items": 2, "of": r.id}))
-            self.assertTrue(found.reason)
+            self.assertEqual(found.reason, "lost")
         # Why they were lost differs: one ran, the other never started.
         a1, a2 = (yield self.store.get("a1")), (yield self.store.get("a2"))
         self.assertEqual(a1.pid, 11)
         self.assertIsNone(a2.pid)
-        self.assertNotEqual(a1.reason, a2.reason)
+        self.assertNotEqual(a1.detail, a2.detail)
         b1 = yield self.store.get("b1")
         self.assertEqual((b1.state, b1.outcome, b1.node, b1.pid), ("running", None, NODE_B, 12))
         self.assertEqual((yield self.store.get("done")).stats, {"items": 1})

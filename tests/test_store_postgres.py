@@ -249,13 +249,15 @@ class NodeTests(StoreCase):
         a1, a2 = (yield store.get("a1")), (yield store.get("a2"))
         self.assertEqual((a1.state, a1.outcome, a1.end_time, a1.stats, a1.pid),
                          ("finished", "lost", 9.0, {"items": 7}, 10))
-        self.assertIn("node a", a1.reason)
+        self.assertEqual(a1.reason, "node lost")
+        self.assertIn("node a", a1.detail)
         self.assertEqual((a2.outcome, a2.stats), ("lost", None))
         self.assertEqual((yield store.get("b1")).state, "running")
         self.assertEqual((yield store.get("waiting")).state, "pending")
         self.assertEqual((yield store.mark_lost("a", 10.0)), [])
         lost = yield store.mark_lost("b", 11.0, reason="gone")
-        self.assertEqual([(r.id, r.outcome, r.reason) for r in lost], [("b1", "lost", "gone")])
+        self.assertEqual([(r.id, r.outcome, r.reason, r.detail) for r in lost],
+                         [("b1", "lost", "node lost", "gone")])
         # Back after being declared dead: registering says so, and revives it.
         previous = yield store.register_node("a", "http://a", timeout=30)
         self.assertIs(previous["dead"], True)

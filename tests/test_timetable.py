@@ -42,6 +42,10 @@ class FakeSubmitter:
             raise UnknownProject(f"no project {name!r}")
         return project
 
+    def policy_of(self, project, spider, own=None):
+        # No --policy rules here, and every limit enforceable.
+        return own
+
     def check(self, request):
         self.project(request.project)
         if self.refuse:

@@ -22,8 +22,9 @@ from twisted.logger import Logger
 from .. import _proctree
 from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
-from .outcomes import outcome_of
+from .outcomes import end_of
 from .process import KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark, send_signal
+from ..store.records import LOST
 
 log = Logger()
 
@@ -118,16 +119,14 @@ def _settle(store, directory, record, clock):
     stats = read_stats(files.stats) or record.stats
     written = _status_of_this_run(directory, record)
     if written is None:
-        reason = ("the service stopped while the job ran, and it left no exit status"
+        detail = ("the service stopped while the job ran, and it left no exit status"
                   if record.pid is not None
                   else "the service stopped before the job's process started")
         log.warn("job {jobid} was running when the service stopped: marked lost",
                  jobid=record.id)
         return store.mark_finished(record.id, "lost", clock.seconds(), stats=stats,
-                                   reason=reason)
-    outcome = outcome_of(record, written["exit_status"])
-    # The kernel killed in the crawl's control group for memory.
-    reason = "memory" if written.get("oom") and outcome == "failed" else None
+                                   reason=LOST, detail=detail)
+    outcome, reason = end_of(record, written["exit_status"], oom=bool(written.get("oom")))
     end_time = written["end_time"]
     try:
         append_stats(files.log, stats, outcome, end_time)

@@ -13,9 +13,10 @@ from zope.interface import Interface
 class IScheduler(Interface):
     """Queues checked jobs and takes them out again."""
 
-    def schedule(checked, jobid=None, priority=0.0, schedule=None, locks=()):
+    def schedule(checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None):
         """Records a pending job for ``checked`` (queued by recurring
-        schedule ``schedule``, holding ``locks`` while it runs) and
+        schedule ``schedule``, holding ``locks`` while it runs, with
+        ``policy``, JobPolicy.to_json() of its effective policy) and
         publishes "queued". Fires with the JobRecord; fails with DuplicateJob."""
 
     def cancel(jobid, now=False):
@@ -51,10 +52,12 @@ class ILauncher(Interface):
         running or, if it cannot start, finished as failed; a slot is held
         only while its process runs."""
 
-    def cancel(jobid, now=False):
+    def cancel(jobid, now=False, reason="cancel.json"):
         """Asks the running job to stop (SIGTERM; the whole process group is
         killed after the grace period), or kills it at once when ``now`` or
-        when a cancel was already asked. Returns False if it is not running here."""
+        when a cancel was already asked. ``reason`` is why (the job ends
+        cancelled with it; the first cancel's reason stands). Returns False
+        if it is not running here."""
 
     def running_stats(jobid):
         """The latest stats read from a running job's stats file, or None."""

@@ -20,7 +20,7 @@ from ..names import fold, setting_name
 from ..reliability.cgroups import CgroupError
 from ..reliability.policy import JobPolicy
 from .events import CHANGED, ENDED, STARTED
-from .outcomes import outcome_of
+from .outcomes import end_of
 from .files import files_of, read_exit_status, read_stats
 from .interfaces import ILauncher
 from .logstats import append_stats
@@ -28,7 +28,8 @@ from .process import (
     CANCEL_SIGNAL, KILL_SIGNAL, CrawlProtocol, StartRefused, crawl_command, job_environment,
     private_arguments, remove_quietly, run_mark, send_signal, watch_exit,
     write_private_file)
-from ..store.records import FINISHED, StoreError
+from ..store.records import (
+    CANCELLED_BY_USER, FINISHED, LOST, NOT_STARTED, SERVICE_STOPPED, StoreError)
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps
@@ -79,6 +80,9 @@ class RunningJob:
     stats: dict = None
     stats_changed: int = None
     cancel_requested: bool = False
+    # Why the cancel was asked (outcomes: cancel.json, timeout...): the
+    # first reason given stands, as in the table.
+    cancel_reason: str = None
     killed: bool = False
     stats_call: object = None
     kill_call: object = None
@@ -179,7 +183,9 @@ class Launcher:
         files = files_of(self._directory, record)
         key = fold(record.id)
         job = RunningJob(record=record, files=files, pid=record.pid,
-                         cancel_requested=record.cancel_requested)
+                         cancel_requested=record.cancel_requested,
+                         cancel_reason=(record.reason or CANCELLED_BY_USER)
+                         if record.cancel_requested else None)
         job.watch = self._watch(self._reactor, record.pid, record.proc_start,
                                 lambda: self._process_ended(record.id, None))
         self._watch_stats(job)
@@ -219,7 +225,7 @@ class Launcher:
         if not os.path.isfile(record.spider_file):
             raise StartRefused(f"the spider's file {record.spider_file} is gone")
         data_dir = os.path.join(self._directory, "data", project.name)
-        policy = JobPolicy.from_json(getattr(record, "policy", None))
+        policy = JobPolicy.from_json(record.policy)
         groups = self._make_group(record, policy)
         arguments = private_arguments(
             replace(record, settings=limited_settings(record.settings, policy.memory)),
@@ -300,21 +306,20 @@ class Launcher:
                 os.close(fd)
         return process.pid
 
-    def _fail_to_start(self, record, files, reason):
-        self.log.warn("job {jobid} could not start: {reason}", jobid=record.id, reason=reason)
+    def _fail_to_start(self, record, files, why):
+        self.log.warn("job {jobid} could not start: {why}", jobid=record.id, why=why)
         try:
             os.makedirs(os.path.dirname(files.log), exist_ok=True)
             with open(files.log, "a", encoding="utf-8") as f:
-                f.write(f"netweir-serve: the job could not start: {reason}\n")
+                f.write(f"netweir-serve: the job could not start: {why}\n")
         except OSError:
             pass
-        now = self._wall.seconds()
+        end = dict(outcome="failed", end_time=self._wall.seconds(), reason=NOT_STARTED,
+                   detail=why)
         self._ending[fold(record.id)] = []
-        recorded = self._store.mark_finished(record.id, "failed", now, reason=reason)
-        recorded.addErrback(self._end_not_recorded, record.id,
-                            dict(outcome="failed", end_time=now, reason=reason))
-        recorded.addCallback(self._ended, replace(record, state=FINISHED, outcome="failed",
-                                                  end_time=now, reason=reason))
+        recorded = self._store.mark_finished(record.id, **end)
+        recorded.addErrback(self._end_not_recorded, record.id, end)
+        recorded.addCallback(self._ended, replace(record, state=FINISHED, **end))
 
     # -- watching --------------------------------------------------------------
 
@@ -348,7 +353,7 @@ class Launcher:
             self._kill(job)
             return "kill"
         if record.cancel_requested and not job.cancel_requested:
-            self.cancel(record.id)
+            self.cancel(record.id, reason=record.reason or CANCELLED_BY_USER)
             return "cancel"
         return None
 
@@ -413,34 +418,32 @@ class Launcher:
         else:
             status, end_time = parent_status, now
         stats = read_stats(job.files.stats) or job.stats
-        reason = None
+        detail = None
         if written is None and parent_status is None and not job.cancel_requested:
             # An adopted job whose parent left no status: killed from outside,
             # or the machine went down under it.
-            outcome, reason = "lost", "its process ended without leaving an exit status"
+            outcome, reason = "lost", LOST
+            detail = "its process ended without leaving an exit status"
         else:
-            outcome = outcome_of(job.record, status, job.cancel_requested)
-            if oom and outcome == "failed":
-                reason = "memory"
+            outcome, reason = end_of(
+                job.record, status, job.cancel_reason if job.cancel_requested else None,
+                oom=oom)
         try:
             # ScrapydWeb reads a crawl's numbers from the end of its log.
             append_stats(job.files.log, stats, outcome, end_time)
         except OSError as e:
             self.log.warn("job {jobid}: could not append its stats to its log: {e}",
                           jobid=jobid, e=e)
-        self.log.info("job {jobid} ended: {outcome} (exit status {status})",
-                      jobid=job.record.id, outcome=outcome, status=status)
-        recorded = self._store.mark_finished(job.record.id, outcome, end_time,
-                                             exit_status=status, stats=stats, reason=reason)
+        self.log.info("job {jobid} ended: {outcome} ({reason})",
+                      jobid=job.record.id, outcome=outcome, reason=reason)
+        end = dict(outcome=outcome, end_time=end_time, exit_status=status, stats=stats,
+                   reason=reason, detail=detail)
+        recorded = self._store.mark_finished(job.record.id, **end)
         # A full disk, say: the table still says running until a later try
         # records it (or the next start settles it). The slot is free and
         # every waiter hears of the end all the same.
-        recorded.addErrback(self._end_not_recorded, job.record.id,
-                            dict(outcome=outcome, end_time=end_time, exit_status=status,
-                                 stats=stats, reason=reason))
-        recorded.addCallback(self._ended, replace(
-            job.record, state=FINISHED, outcome=outcome, end_time=end_time,
-            exit_status=status, stats=stats, reason=reason))
+        recorded.addErrback(self._end_not_recorded, job.record.id, end)
+        recorded.addCallback(self._ended, replace(job.record, state=FINISHED, **end))
 
     def _end_not_recorded(self, failure, jobid, end):
         self.log.failure("job {jobid}: could not record how it ended", failure, jobid=jobid)
@@ -518,19 +521,23 @@ class Launcher:
 
     # -- stopping --------------------------------------------------------------
 
-    def cancel(self, jobid, now=False):
+    def cancel(self, jobid, now=False, reason=CANCELLED_BY_USER):
         job = self._running.get(fold(jobid))
         if job is None:
             return False
+        if job.cancel_reason is None:
+            job.cancel_reason = reason
         if now or job.cancel_requested:
             self._kill(job)
             return True
         job.cancel_requested = True
-        job.record = replace(job.record, cancel_requested=True)
-        recorded = self._store.mark_cancel_requested(job.record.id)
+        job.record = replace(job.record, cancel_requested=True,
+                             reason=job.record.reason or job.cancel_reason)
+        recorded = self._store.mark_cancel_requested(job.record.id, reason=job.cancel_reason)
         recorded.addErrback(self._not_recorded, job.record.id, "the cancel request")
         self._events.publish(CHANGED, job.record)
-        self.log.info("job {jobid}: cancel asked, stopping it", jobid=job.record.id)
+        self.log.info("job {jobid}: cancel asked ({reason}), stopping it", jobid=job.record.id,
+                      reason=job.cancel_reason)
         # The parent passes it to the crawl.
         self._signal(job.pid, CANCEL_SIGNAL, False)
         job.kill_call = self._reactor.callLater(self._grace, self._kill, job)
@@ -542,7 +549,10 @@ class Launcher:
         job.kill_call = None
         if not job.killed:
             job.cancel_requested = job.killed = True
-            recorded = self._store.mark_cancel_requested(job.record.id, kill=True)
+            if job.cancel_reason is None:
+                job.cancel_reason = CANCELLED_BY_USER
+            recorded = self._store.mark_cancel_requested(job.record.id, kill=True,
+                                                         reason=job.cancel_reason)
             recorded.addErrback(self._not_recorded, job.record.id, "the kill request")
         self.log.info("job {jobid}: killing it and every process it started",
                       jobid=job.record.id)
@@ -565,7 +575,7 @@ class Launcher:
             job.ended.append(d)
             waits.append(d)
             if not job.cancel_requested:
-                self.cancel(job.record.id)
+                self.cancel(job.record.id, reason=SERVICE_STOPPED)
         return defer.gatherResults(waits).addCallback(self._stopped)
 
     def _stopped(self, _):

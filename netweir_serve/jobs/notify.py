@@ -141,6 +141,8 @@ class Notifier:
         entry["stats"] = record.stats
         if record.reason:
             entry["reason"] = record.reason
+        if record.detail:
+            entry["detail"] = record.detail
         return json.dumps({"event": "job.ended", "node_name": self._node,
                            "text": summary(record), "job": entry},
                           separators=(",", ":"), ensure_ascii=False).encode("utf-8")

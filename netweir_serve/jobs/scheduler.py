@@ -20,7 +20,7 @@ class Scheduler:
         self._clock = clock
         self._events = events
 
-    def schedule(self, checked, jobid=None, priority=0.0, schedule=None, locks=()):
+    def schedule(self, checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None):
         added = self._store.add(JobRecord(
             id=jobid or new_job_id(),
             project=checked.project,
@@ -32,6 +32,7 @@ class Scheduler:
             created=self._clock.seconds(),
             schedule=schedule,
             locks=tuple(locks),
+            policy=policy,
         ))
         return added.addCallback(self._published, QUEUED)
 

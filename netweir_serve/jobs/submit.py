@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from twisted.internet import defer
 
 from ..names import spelled_settings
+from ..reliability.policy import JobPolicy
+from ..reliability.rules import PolicyRules
 from ..store.records import DuplicateJob, Refusal
 from . import datapaths, policies
 from .checked import InspectError, check_job
@@ -46,20 +48,38 @@ class JobRequest:
     # (policies.schedule_lock for overlap=queue).
     schedule: str = None
     schedule_locks: tuple = ()
+    # The job's own policy values (its ``_KEY`` parameters, or its
+    # schedule's), over the --policy rules of its project and spider.
+    policy: JobPolicy = None
 
 
 class JobSubmitter:
     """Checks and queues jobs for the served ``projects``.
 
     ``reader`` provides ISpiderReader, ``scheduler`` IScheduler; ``directory``
-    is the service's DIR (path settings live in DIR/data/PROJECT)."""
+    is the service's DIR (path settings live in DIR/data/PROJECT).
+    ``rules`` are the --policy rules; ``enforceable(policy)`` says why this
+    machine cannot enforce a policy (a sentence), or None when it can."""
 
-    def __init__(self, projects, store, scheduler, reader, directory):
+    def __init__(self, projects, store, scheduler, reader, directory, rules=None,
+                 enforceable=None):
         self._projects = projects
         self._store = store
         self._scheduler = scheduler
         self._reader = reader
         self._directory = directory
+        self.rules = rules if rules is not None else PolicyRules()
+        self._enforceable = enforceable or (lambda policy: None)
+
+    def policy_of(self, project, spider, own=None):
+        """The policy a job of ``spider`` gets: its own values (``own``, a
+        JobPolicy) over the spider's rule, over the project's. Raises
+        JobRefused when this machine cannot enforce it."""
+        policy = (own or JobPolicy()).over(self.rules.for_spider(project, spider))
+        problem = self._enforceable(policy)
+        if problem:
+            raise JobRefused(problem)
+        return policy
 
     def project(self, name):
         """The served Project called ``name`` (any case); UnknownProject if none."""
@@ -86,11 +106,12 @@ class JobSubmitter:
         DuplicateJob, or StoreError when the table cannot be written."""
         checked, prepared = yield self._check(request)
         try:
+            policy = self.policy_of(checked.project, checked.spider, request.policy)
             locks = policies.path_locks(checked.project, self.data_dir(self.project(
                 checked.project)), checked.settings) + tuple(request.schedule_locks)
             record = yield self._scheduler.schedule(
                 checked, jobid=request.jobid, priority=request.priority,
-                schedule=request.schedule, locks=locks)
+                schedule=request.schedule, locks=locks, policy=policy.to_json())
         except BaseException:
             prepared.undo()
             raise

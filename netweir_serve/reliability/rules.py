@@ -27,6 +27,10 @@ class PolicyRules:
             table[key] = policy.over(table.get(key, JobPolicy()))
         return cls(projects, spiders)
 
+    def for_project(self, project):
+        """The project's own rule (JobPolicy(), none, without one)."""
+        return self.projects.get(fold(project), JobPolicy())
+
     def for_spider(self, project, spider):
         """The policy a job of ``spider`` gets before its schedule's or its
         own values: the spider's rule over the project's."""

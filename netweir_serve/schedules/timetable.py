@@ -27,6 +27,7 @@ from twisted.python.failure import Failure
 from ..jobs import policies
 from ..store.records import DuplicateJob, Refusal
 from ..jobs.submit import JobRequest, SubmitRefused
+from ..reliability.policy import JobPolicy
 from ..names import MAX_NAME_LENGTH, fold, name_problem
 from . import times
 from ..store.schedule_records import DuplicateSchedule, ScheduleRecord
@@ -70,6 +71,8 @@ class ScheduleRequest:
     settings: tuple = ()
     arguments: tuple = ()
     priority: float = 0.0
+    # Its jobs' policy values (reliability.policy.JobPolicy), or None.
+    policy: object = None
 
 
 def rule_of_record(record):
@@ -379,7 +382,8 @@ class Timetable:
             arguments=record.arguments, jobid=jobid, priority=record.priority,
             schedule=record.name,
             schedule_locks=(policies.schedule_lock(record.name),)
-            if record.overlap == "queue" else ())
+            if record.overlap == "queue" else (),
+            policy=JobPolicy.from_json(record.policy))
         if self._current(record) is None:
             return {}  # deleted or paused while its firing was looked at
         try:
@@ -457,13 +461,16 @@ class Timetable:
         checked = yield self._submitter.check(JobRequest(
             project=project.name, spider=request.spider, settings=tuple(request.settings),
             arguments=tuple(request.arguments), priority=request.priority))
+        # Its jobs could not run here: refused now, not at every firing.
+        own = request.policy or JobPolicy()
+        self._submitter.policy_of(project.name, checked.spider, own)
         anchor = float(math.floor(self._wall.seconds()))
         record = yield self._store.add_schedule(ScheduleRecord(
             name=name, project=project.name, spider=checked.spider, kind=rule.kind,
             rule=rule.text, tz=rule.zone_name, overlap=overlap, misfire=misfire,
             settings=tuple(request.settings), arguments=tuple(request.arguments),
             priority=float(request.priority), anchor=anchor, next_due=rule.first_due(anchor),
-            created=self._wall.seconds()))
+            created=self._wall.seconds(), policy=own.to_json()))
         self._remember(record)
         self.log.info("schedule {name} added: {project}/{spider} {kind}={rule} ({tz})",
                       name=record.name, project=record.project, spider=record.spider,

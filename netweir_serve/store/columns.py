@@ -72,7 +72,8 @@ JOB_FIELDS = (
     ("state", PLAIN), ("outcome", PLAIN), ("pid", PLAIN), ("exit_status", PLAIN),
     ("created", REAL), ("start_time", REAL), ("end_time", REAL), ("stats", JSON),
     ("cancel_requested", FLAG), ("reason", PLAIN), ("node", PLAIN), ("proc_start", PLAIN),
-    ("schedule", PLAIN), ("locks", LIST), ("kill_requested", FLAG),
+    ("schedule", PLAIN), ("locks", LIST), ("kill_requested", FLAG), ("policy", JSON),
+    ("attempt", PLAIN), ("retry_of", PLAIN), ("not_before", REAL), ("detail", PLAIN),
 )
 
 # Each ScheduleRecord field's column (``key`` and ``project_key`` beside them).
@@ -82,6 +83,7 @@ SCHEDULE_FIELDS = (
     ("settings", PAIRS), ("arguments", PAIRS), ("priority", REAL), ("paused", FLAG),
     ("anchor", REAL), ("next_due", REAL), ("last_due", REAL), ("last_job", PLAIN),
     ("runs", PLAIN), ("skipped", PLAIN), ("error", PLAIN), ("created", REAL),
+    ("policy", JSON),
 )
 
 # What update_schedule may set; runs and skipped only grow.

@@ -80,9 +80,11 @@ class IJobStore(Interface):
     def running(node=None):
         """The running jobs of ``node`` (None: of every node), stats included."""
 
-    def mark_finished(jobid, outcome, end_time, exit_status=None, stats=None, reason=None):
-        """Records how the job ended (outcome finished/failed/cancelled/lost).
-        Fires with the ended record.
+    def mark_finished(jobid, outcome, end_time, exit_status=None, stats=None, reason=None,
+                      detail=None):
+        """Records how the job ended (outcome finished/failed/cancelled/lost),
+        why (``reason``, a code of jobs.outcomes) and, if given, a sentence
+        of it (``detail``). Fires with the ended record.
 
         The first end recorded stands: when the job has ended already (say
         another node declared it lost while this one was cut off from the
@@ -90,15 +92,17 @@ class IJobStore(Interface):
         Deferred fires with None. A caller told None must not announce the
         end: it was announced where it was recorded."""
 
-    def cancel_pending(jobid, end_time):
-        """Ends the job as cancelled if it is still pending, atomically (a
-        claim cannot slip in between). Fires with the ended record, or None
-        when it was not pending."""
+    def cancel_pending(jobid, end_time, reason="cancel.json"):
+        """Ends the job as cancelled (with ``reason``: a user's cancel, or
+        ``expired``) if it is still pending, atomically (a claim cannot slip
+        in between). Fires with the ended record, or None when it was not
+        pending."""
 
-    def mark_cancel_requested(jobid, kill=False):
-        """Records that a cancel was asked for a running job, and with
-        ``kill`` that it is to be killed now (``kill_requested``, which no
-        later cancel takes back). The request is state, not an event: the
+    def mark_cancel_requested(jobid, kill=False, reason="cancel.json"):
+        """Records that a cancel was asked for a running job, and why
+        (``reason``: the first cancel's stands), and with ``kill`` that it
+        is to be killed now (``kill_requested``, which no later cancel
+        takes back). The request is state, not an event: the
         node running the job carries out what the record asks, however it
         hears of it (a notice, or its own look at the table)."""
 

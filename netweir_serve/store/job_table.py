@@ -24,7 +24,8 @@ from .columns import (
     JOB_FIELDS, POLICY_FIELDS, TALLY, claim_candidates, columns_of, dump_json, record_of,
     select_list, without)
 from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
-from .records import FINISHED, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord
+from .records import (
+    CANCELLED_BY_USER, FINISHED, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .runpolicy import first_that_may_run
 
 
@@ -189,23 +190,24 @@ class JobTable:
         return self._write_statements(started)
 
     def mark_finished(self, jobid, outcome, end_time, exit_status=None, stats=None,
-                      reason=None):
+                      reason=None, detail=None):
         if outcome not in OUTCOMES:
             return defer.fail(ValueError(f"not an outcome: {outcome!r}"))
         values = {"finished": FINISHED, "outcome": outcome, "end_time": end_time,
                   "exit_status": exit_status, "stats": dump_json(stats), "reason": reason,
-                  "key": fold(jobid)}
+                  "detail": detail, "key": fold(jobid)}
 
         # The first end recorded stands (IJobStore.mark_finished).
         return self._write_statements(lambda tx: self._ended(tx, tx.one(
             "UPDATE jobs SET state = %(finished)s, outcome = %(outcome)s,"
             " end_time = %(end_time)s, exit_status = %(exit_status)s, stats = %(stats)s,"
-            " reason = %(reason)s WHERE key = %(key)s AND state != %(finished)s"
+            " reason = %(reason)s, detail = %(detail)s"
+            " WHERE key = %(key)s AND state != %(finished)s"
             f" RETURNING {SELECT_ALL}", values)))
 
-    def cancel_pending(self, jobid, end_time):
+    def cancel_pending(self, jobid, end_time, reason=CANCELLED_BY_USER):
         values = {"finished": FINISHED, "end_time": end_time, "pending": PENDING,
-                  "reason": "cancelled before it started", "key": fold(jobid)}
+                  "reason": reason, "key": fold(jobid)}
 
         # One statement: a claim holding the row makes it wait, then finds
         # the job no longer pending.
@@ -214,14 +216,19 @@ class JobTable:
             " end_time = %(end_time)s, reason = %(reason)s"
             f" WHERE key = %(key)s AND state = %(pending)s RETURNING {SELECT_ALL}", values)))
 
-    def mark_cancel_requested(self, jobid, kill=False):
-        # A flag as the backend holds one; a kill asked once stays asked.
+    def mark_cancel_requested(self, jobid, kill=False, reason=CANCELLED_BY_USER):
+        # A flag as the backend holds one; a kill asked once stays asked,
+        # and the reason of the first cancel stands (a user's second cancel
+        # of a job timed out kills it; it still ends for its timeout).
         flags = {c.name: c for c in self._jobs.all}
-        values = {"yes": flags["cancel_requested"].to_db(True), "key": fold(jobid)}
+        values = {"yes": flags["cancel_requested"].to_db(True), "key": fold(jobid),
+                  "reason": reason, "running": RUNNING}
         kills = ", kill_requested = %(yes)s" if kill else ""
 
         def requested(tx):
-            row = tx.one(f"UPDATE jobs SET cancel_requested = %(yes)s{kills}"
+            row = tx.one(f"UPDATE jobs SET cancel_requested = %(yes)s{kills},"
+                         " reason = CASE WHEN state = %(running)s THEN COALESCE(reason,"
+                         " %(reason)s) ELSE reason END"
                          " WHERE key = %(key)s RETURNING id, node", values)
             if row is not None:
                 tx.changed(CANCEL, *row)
@@ -239,17 +246,19 @@ class JobTable:
                      if r.pid is not None
                      else "the service stopped before the job's process started")
                     for r in records]
+            lost_reason = {"reason": LOST}
 
             def lost(tx):
                 ended = []
                 for record, stats, reason in plan:
                     row = tx.one(
                         "UPDATE jobs SET state = %(finished)s, outcome = 'lost',"
-                        " end_time = %(end_time)s, stats = %(stats)s, reason = %(reason)s"
+                        " end_time = %(end_time)s, stats = %(stats)s, reason = %(reason)s,"
+                        " detail = %(detail)s"
                         f" WHERE seq = %(seq)s AND state = %(running)s RETURNING {SELECT_ALL}",
                         {"finished": FINISHED, "end_time": end_time,
-                         "stats": dump_json(stats), "reason": reason, "seq": record.seq,
-                         "running": RUNNING})
+                         "stats": dump_json(stats), "detail": reason, "seq": record.seq,
+                         "running": RUNNING, **lost_reason})
                     if row is not None:
                         ended.append(self._ended(tx, row))
                 return ended

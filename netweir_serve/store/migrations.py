@@ -88,6 +88,14 @@ SQLITE_MIGRATIONS = (
     Migration(7, "a kill asked of a running job, beside its cancel", (
         "ALTER TABLE jobs ADD COLUMN kill_requested INTEGER NOT NULL DEFAULT 0",
     )),
+    Migration(8, "policies, attempts and retries, and a reason's sentence", (
+        "ALTER TABLE jobs ADD COLUMN policy TEXT",
+        "ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE jobs ADD COLUMN retry_of TEXT",
+        "ALTER TABLE jobs ADD COLUMN not_before REAL",
+        "ALTER TABLE jobs ADD COLUMN detail TEXT",
+        "ALTER TABLE schedules ADD COLUMN policy TEXT",
+    )),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

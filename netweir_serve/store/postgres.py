@@ -30,7 +30,7 @@ from zope.interface import implementer
 
 from ..names import fold
 from .interfaces import IClusterStore, IJobStore, IScheduleStore
-from .records import FINISHED, PENDING, RUNNING, NodeNameTaken, StoreError
+from .records import FINISHED, NODE_LOST, PENDING, RUNNING, NodeNameTaken, StoreError
 from .columns import POSTGRES_KINDS, SCHEDULE_FIELDS, columns_of, dump_json
 from .job_table import LISTED_STATE, SELECT_ALL, SELECT_LISTED, JobColumns, JobTable, where_all
 from .notices import CHANGED, CHANNEL, NODE, STATS
@@ -463,11 +463,11 @@ class PostgresJobStore(JobTable, ScheduleTable):
     def _lose(self, tx, node, end_time, reason):
         """Ends every job still running on ``node`` as lost: the ended
         records, in queue order, their notices sent."""
-        reason = reason or f"node {node} stopped answering (declared dead)"
+        detail = reason or f"node {node} stopped answering (declared dead)"
         rows = tx.all(
-            "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s, reason = %s"
-            f" WHERE state = %s AND node = %s RETURNING {SELECT_ALL}",
-            (FINISHED, end_time, reason, RUNNING, node))
+            "UPDATE jobs SET state = %s, outcome = 'lost', end_time = %s, reason = %s,"
+            f" detail = %s WHERE state = %s AND node = %s RETURNING {SELECT_ALL}",
+            (FINISHED, end_time, NODE_LOST, detail, RUNNING, node))
         return sorted((self._ended(tx, row) for row in rows), key=lambda r: r.seq)
 
 

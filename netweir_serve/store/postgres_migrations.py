@@ -115,6 +115,15 @@ POSTGRES_MIGRATIONS = (
     _as_sqlite(7, (
         "ALTER TABLE jobs ADD COLUMN kill_requested boolean NOT NULL DEFAULT false",
     )),
+    _as_sqlite(8, (
+        # JSON as text, as the other JSON columns (see 1).
+        "ALTER TABLE jobs ADD COLUMN policy text",
+        "ALTER TABLE jobs ADD COLUMN attempt integer NOT NULL DEFAULT 1",
+        "ALTER TABLE jobs ADD COLUMN retry_of text",
+        "ALTER TABLE jobs ADD COLUMN not_before double precision",
+        "ALTER TABLE jobs ADD COLUMN detail text",
+        "ALTER TABLE schedules ADD COLUMN policy text",
+    )),
 )
 
 POSTGRES_LATEST = POSTGRES_MIGRATIONS[-1].version

@@ -6,6 +6,20 @@ PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 STATES = (PENDING, RUNNING, FINISHED)
 OUTCOMES = ("finished", "failed", "cancelled", "lost")
 
+# Why a job ended, beside its outcome (jobs.outcomes says which is which):
+# ``exit N`` and ``signal N`` from the crawl's status, and these. The
+# first four are why a cancel was asked.
+CANCELLED_BY_USER = "cancel.json"
+SERVICE_STOPPED = "service stopped"
+TIMEOUT = "timeout"
+STALLED = "stalled"
+EXPIRED = "expired"
+MEMORY = "memory"
+NOT_STARTED = "not started"
+NODE_LOST = "node lost"
+LOST = "lost"
+CANCEL_REASONS = (CANCELLED_BY_USER, SERVICE_STOPPED, TIMEOUT, STALLED)
+
 
 class DuplicateJob(ValueError):
     """A job with this id (compared ignoring case) is already known."""
@@ -48,7 +62,9 @@ class JobRecord:
     pending); ``pid`` is set once its process started, so a running job
     without one was claimed but never started. ``schedule`` names the
     recurring schedule that queued it; ``locks`` are what it must hold
-    alone while it runs (see jobs.policies). Listings leave ``stats`` None
+    alone while it runs (see jobs.policies). ``reason`` says why an ended
+    job ended, as a code (jobs.outcomes); while it runs, the reason a
+    cancel was asked for, if one was. Listings leave ``stats`` None
     (they never show it): read it from ``IJobStore.get``."""
 
     id: str
@@ -77,4 +93,15 @@ class JobRecord:
     proc_start: str = None
     schedule: str = None
     locks: tuple = ()
+    # The job's policy (reliability.policy.JobPolicy.to_json()), resolved
+    # when it was queued: its deadlines, retries and limits. None for none.
+    policy: dict = None
+    # 1 for a first run; a retry is attempt 2, 3... of the job ``retry_of``
+    # (the first attempt's id), pending until ``not_before`` (epoch seconds).
+    attempt: int = 1
+    retry_of: str = None
+    not_before: float = None
+    # A sentence beside ``reason`` where one helps (why a job could not
+    # start, or was lost), for logs and notifications.
+    detail: str = None
     seq: int = None

@@ -42,4 +42,6 @@ class ScheduleRecord:
     skipped: int = 0
     error: str = None
     created: float = 0.0
+    # The schedule's own policy for its jobs (JobPolicy.to_json()), or None.
+    policy: dict = None
     seq: int = None

@@ -126,6 +126,23 @@ class ListSpiders(ApiEndpoint):
         return d
 
 
+class ListPolicies(ApiEndpoint):
+    """listprojects.json's companion: the policy each spider of a project
+    gets from the --policy rules (a job's or its schedule's own values go
+    over it), and the project's rule alone."""
+
+    def answer(self, params, request):
+        project = self.api.project(params)
+        rules = self.api.submitter.rules
+        d = self.api.reader.listSpiders(project)
+        d.addCallbacks(lambda names: {
+            "project": project.name,
+            "policy": rules.for_project(project.name).shown(),
+            "spiders": {name: rules.for_spider(project.name, name).shown() for name in names},
+        }, refused)
+        return d
+
+
 class Schedule(ApiEndpoint):
     methods = (b"POST",)
 
@@ -137,7 +154,11 @@ class Schedule(ApiEndpoint):
             jobid=params.name("jobid", "job id", required=False),
             priority=params.priority(),
             settings=tuple(params.settings()),
-            arguments=tuple((k, v) for k, v in params.pairs if k not in SCHEDULE_PARAMETERS),
+            # A spider argument never starts with "_": those are the job's
+            # policy (_timeout=...), as scrapyd's _version is its own.
+            arguments=tuple((k, v) for k, v in params.pairs
+                            if k not in SCHEDULE_PARAMETERS and not k.startswith("_")),
+            policy=params.policy(prefix="_", skip=("_version",)),
         )
         d = self.api.submitter.submit(job)
         d.addCallbacks(lambda record: {"jobid": record.id}, refused)
@@ -279,6 +300,7 @@ def endpoints(api):
         b"listprojects.json": ListProjects(api),
         b"listversions.json": ListVersions(api),
         b"listspiders.json": ListSpiders(api),
+        b"listpolicies.json": ListPolicies(api),
         b"schedule.json": Schedule(api),
         b"cancel.json": Cancel(api),
         b"listjobs.json": ListJobs(api),

@@ -1,5 +1,6 @@
 """The recurring schedules' endpoints: add, list, delete, pause, resume."""
 
+from ..reliability.policy import KEYS as POLICY_KEYS
 from ..schedules.timetable import ScheduleRequest
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -8,8 +9,9 @@ from .views import schedule_entry
 
 # Parameters of addschedule.json that are not spider arguments: a spider
 # argument of a schedule cannot take one of these names.
+# The policy keys (timeout, retries, memory...) are the schedule's jobs' policy.
 ADDSCHEDULE_PARAMETERS = ("project", "spider", "setting", "priority", "cron", "every", "tz",
-                          "name", "overlap", "misfire", "jobid", "_version")
+                          "name", "overlap", "misfire", "jobid", "_version") + POLICY_KEYS
 
 
 class AddSchedule(ApiEndpoint):
@@ -32,6 +34,7 @@ class AddSchedule(ApiEndpoint):
             settings=tuple(params.settings()),
             arguments=tuple((k, v) for k, v in params.pairs if k not in ADDSCHEDULE_PARAMETERS),
             priority=params.priority(),
+            policy=params.policy(),
         )
         added = self.api.timetable.add(wanted)
         return added.addCallbacks(self._entry, refused)

@@ -3,6 +3,7 @@
 import re
 from datetime import datetime
 
+from ..reliability.policy import JobPolicy
 from ..store.records import FINISHED, PENDING, RUNNING
 from ..schedules.times import iso_time
 
@@ -52,6 +53,15 @@ def job_entry(record, waits_for=None):
         entry["node"] = record.node
     if record.schedule is not None:
         entry["schedule"] = record.schedule
+    # Every job has its attempt (1 for a first run); a retry names the
+    # first attempt's job, and waits until its due time.
+    entry["attempt"] = record.attempt
+    if record.retry_of is not None:
+        entry["retry_of"] = record.retry_of
+    if record.state == PENDING and record.not_before is not None:
+        entry["not_before"] = format_time(record.not_before)
+    if record.policy:
+        entry["policy"] = JobPolicy.from_json(record.policy).shown()
     if waits_for is not None:
         entry["waiting_for"] = waits_for
     return entry
@@ -80,6 +90,7 @@ def _job_entry(record):
         entry["start_time"] = format_time(record.start_time)
         entry["end_time"] = format_time(record.end_time)
         entry["outcome"] = record.outcome
+        entry["reason"] = record.reason
         entry["exit_status"] = record.exit_status
     return entry
 
@@ -120,6 +131,8 @@ def schedule_entry(record, zone):
         "last_job": record.last_job,
         "runs": record.runs,
         "skipped": record.skipped,
+        # The schedule's own policy values, as its parameters take them.
+        "policy": JobPolicy.from_json(record.policy).shown(),
     }
     if record.error is not None:
         entry["error"] = record.error
