@@ -1064,7 +1064,7 @@ class SettleTests(unittest.TestCase):
         self.status("plain", {"exit_status": -9, "end_time": 102.0})
         launcher, _, ended = self.settle()
         self.assertEqual({k: (r.outcome, r.reason) for k, r in ended.items()},
-                         {"oom": ("failed", "memory"), "plain": ("failed", None)})
+                         {"oom": ("failed", "memory"), "plain": ("failed", "signal 9")})
         self.assertEqual(self.get("oom").reason, "memory")
         # The control groups of jobs no longer running are swept once settled.
         self.assertEqual(launcher.swept, 1)

@@ -208,7 +208,7 @@ class DaemonTests(AdoptionTestCase):
 
     def test_a_spider_past_memory_200M_fails_with_reason_memory_while_another_runs_on(self):
         daemon = self.serve(self.new_dir())
-        other = daemon.must_schedule("shop", "slow", jobid="other", pages="30", delay="0.1")
+        other = daemon.must_schedule("shop", "slow", jobid="other", pages="60", delay="0.1")
         self.running_pid(daemon, other)
         hog = daemon.must_schedule("shop", "hog", jobid="hog", _memory="200M")
         entry = daemon.wait_state(hog, "finished", timeout=120)
@@ -220,7 +220,7 @@ class DaemonTests(AdoptionTestCase):
         done = daemon.wait_state(other, "finished", timeout=120)
         self.assertEqual((done["outcome"], done["reason"]), ("finished", "exit 0"))
         self.assertGreater(parse_time(done["end_time"]), parse_time(entry["end_time"]))
-        self.assertComplete(daemon, done, 30)
+        self.assertComplete(daemon, done, 60)
         self.assertEqual(self.groups_of(daemon).leftovers(), [])
 
     def test_a_cpu_limited_jobs_group_has_the_quota_and_is_gone_after_its_end(self):
