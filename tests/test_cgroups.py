@@ -6,10 +6,13 @@ import os
 
 from twisted.trial import unittest
 
+from netweir_serve.jobs.submit import JobRefused, JobSubmitter
+from netweir_serve.projects import ProjectTable
 from netweir_serve.reliability import cgroupfs
 from netweir_serve.reliability.cgroups import (
     CgroupError, JobGroups, dir_group_name, parse_mounts, parse_own)
 from netweir_serve.reliability.policy import JobPolicy
+from netweir_serve.reliability.rules import PolicyRules
 
 MIB = 1 << 20
 
@@ -192,3 +195,30 @@ class FlagsTests(unittest.TestCase):
     def test_the_parent_knows_the_flag_without_importing_cgroupfs(self):
         from netweir_serve.jobs import _crawlparent
         self.assertEqual(_crawlparent._GROUP_FLAG, cgroupfs.FLAG)
+
+
+class SubmitterRefusalTests(unittest.TestCase):
+    """JobSubmitter's enforceable hook is JobGroups.refusal (makeService):
+    a job, a schedule or a --policy rule asking for a limit the machine
+    cannot enforce is refused when it is asked, with the reason."""
+
+    def submitter(self, controllers, rules=()):
+        root = os.path.abspath(self.mktemp())
+        write(os.path.join(root, "cgroup.controllers"), controllers)
+        write(os.path.join(root, "cgroup.subtree_control"), "")
+        groups = JobGroups.detect(self.mktemp(), f"cgroup2 {root} cgroup2 rw 0 0\n", "0::/\n")
+        return JobSubmitter(ProjectTable([]), None, None, None, self.mktemp(),
+                            rules=PolicyRules.parse(rules), enforceable=groups.refusal)
+
+    def test_only_the_limit_the_machine_lacks_is_refused(self):
+        submitter = self.submitter("cpu pids\n")
+        self.assertEqual(submitter.policy_of("shop", "books", JobPolicy(cpu=0.5)).cpu, 0.5)
+        e = self.assertRaises(JobRefused, submitter.policy_of, "shop", "books",
+                              JobPolicy(memory=200 * MIB, cpu=0.5))
+        self.assertIn("memory cannot be limited here", e.message)
+
+    def test_a_limit_from_a_policy_rule_is_refused_for_its_jobs(self):
+        submitter = self.submitter("pids\n", rules=["shop/books:cpu=2"])
+        e = self.assertRaises(JobRefused, submitter.policy_of, "shop", "books")
+        self.assertIn("cpu cannot be limited here", e.message)
+        self.assertIsNone(submitter.policy_of("shop", "other").cpu)

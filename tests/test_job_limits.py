@@ -19,7 +19,7 @@ from netweir_serve.reliability import cgroupfs
 from netweir_serve.reliability.cgroups import JobGroups
 from netweir_serve.store.records import JobRecord
 
-from .processes import wait_until
+from .processes import Daemon, wait_until
 from .spiders import HEADER
 from .test_adoption import AdoptionTestCase, parse_time
 from .test_jobs import CrawlTestCase
@@ -276,3 +276,51 @@ class DaemonTests(AdoptionTestCase):
         wait_until(lambda: not os.path.exists(cpu), 10, "the group to be removed")
         self.assertEqual(groups.leftovers(), [])
         self.assertNothingLeft(again)
+
+
+# The daemon in a mount namespace of its own with every cgroup hierarchy
+# unmounted: a machine without control groups, as far as it can see.
+WITHOUT_CGROUPS = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'umount -R /sys/fs/cgroup && exec "$0" "$@"', sys.executable, "-m",
+                   "netweir_serve"]
+
+
+class NoCgroupsDaemonTests(CrawlTestCase):
+    def setUp(self):
+        super().setUp()
+        probe = subprocess.run(WITHOUT_CGROUPS[:7] + ["true"], capture_output=True)
+        if probe.returncode != 0:
+            raise unittest.SkipTest(f"no mount namespace to hide the cgroups in: {probe.stderr}")
+
+    def test_limits_are_refused_with_the_reason_and_other_jobs_run(self):
+        daemon = Daemon(tempfile.mkdtemp(prefix="dir-", dir=self.base), [f"shop={self.shop}"],
+                        command=WITHOUT_CGROUPS).start()
+        self.addCleanup(daemon.kill)
+        self.assertEqual(daemon.get("daemonstatus.json")[1]["limits"],
+                         {"memory": False, "cpu": False})
+        for key, value in (("_memory", "200M"), ("_cpu", "0.5")):
+            status, answer = daemon.schedule("shop", "echo", **{key: value})
+            self.assertEqual((status, answer["status"]), (400, "error"), answer)
+            self.assertIn(f"{key[1:]} cannot be limited here: this machine has no cgroup"
+                          f" {key[1:]} controller", answer["message"])
+        status, answer = daemon.post("addschedule.json", {
+            "project": "shop", "spider": "echo", "every": "1h", "name": "hourly",
+            "memory": "1G"})
+        self.assertEqual(status, 400, answer)
+        self.assertIn("memory cannot be limited here", answer["message"])
+        self.assertEqual(daemon.get("listjobs.json")[1]["pending"], [])
+        self.assertEqual(daemon.get("listschedules.json")[1]["schedules"], [])
+        # A job that asks for no limit runs as ever.
+        entry = daemon.wait_state(daemon.must_schedule("shop", "echo"), "finished")
+        self.assertEqual(entry["outcome"], "finished")
+
+    def test_a_policy_rule_with_a_limit_is_refused_at_start(self):
+        done = subprocess.run(
+            WITHOUT_CGROUPS + ["--project", f"shop={self.shop}", "--dir",
+                               os.path.join(self.base, "dir"), "--policy",
+                               "shop/books:memory=1G"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("--policy 'shop/books:memory=1G': memory cannot be limited here",
+                      done.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.base, "dir")))
