@@ -407,6 +407,39 @@ class CancellingTests(unittest.TestCase):
         rig.exit("a", 0)
         self.assertEqual(rig.get("a").outcome, "cancelled")
 
+    def test_each_end_gets_its_reason(self):
+        rig = Rig(self, max_jobs=3)
+        for jobid in "abc":
+            rig.schedule(jobid)
+        rig.exit("a", 0)
+        rig.exit("b", 1)
+        rig.exit("c", -9)
+        self.assertEqual([(rig.get(j).outcome, rig.get(j).reason) for j in "abc"],
+                         [("finished", "exit 0"), ("failed", "exit 1"), ("failed", "signal 9")])
+        rig.schedule("d")
+        rig.cancel("d")
+        rig.exit("d", 130)
+        self.assertEqual((rig.get("d").outcome, rig.get("d").reason), ("cancelled", "cancel.json"))
+
+    def test_the_first_cancels_reason_stands_through_a_kill_and_in_the_table(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.launcher.cancel("a", reason="timeout")
+        # Recorded at once: a service adopting the job would end it so.
+        self.assertEqual((rig.get("a").cancel_requested, rig.get("a").reason),
+                         (True, "timeout"))
+        rig.cancel("a")    # a user's second cancel kills it
+        rig.exit("a", -9)
+        self.assertEqual((rig.get("a").outcome, rig.get("a").reason), ("cancelled", "timeout"))
+
+    def test_a_job_stopped_with_the_service_says_so(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.launcher.stop()
+        rig.exit("a", 130)
+        self.assertEqual((rig.get("a").outcome, rig.get("a").reason),
+                         ("cancelled", "service stopped"))
+
 
 class StoppingTests(unittest.TestCase):
     def test_stop_waits_for_every_running_job_and_starts_no_more(self):
