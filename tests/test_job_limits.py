@@ -84,6 +84,8 @@ class RealGroupTests(unittest.TestCase):
         self.assertEqual(self.groups.remove("LIMITS-1"), [])
         self.assertFalse(any(os.path.exists(p) for p in made))
         self.assertEqual(self.groups.leftovers(), [])
+        # The DIR's own groups went with the last job's.
+        self.assertFalse(any(os.path.exists(os.path.dirname(p)) for p in made))
 
     def test_a_process_in_a_group_is_killed_when_the_group_is_removed(self):
         made = self.groups.create("busy", memory=64 * MIB)
@@ -105,6 +107,9 @@ class RealGroupTests(unittest.TestCase):
         self.addCleanup(self.groups.remove, "running")
         self.assertEqual(self.groups.sweep(["RUNNING"]), ["job-ended"])
         self.assertEqual(self.groups.leftovers(), ["job-running"])
+        # The DIR's groups stay while a job's group is in them.
+        self.assertTrue(all(os.path.isdir(os.path.dirname(p))
+                            for p in self.groups.directories("running")))
 
 
 class ParentTests(CrawlTestCase):
@@ -205,6 +210,22 @@ class DaemonTests(AdoptionTestCase):
 
     def groups_of(self, daemon):
         return JobGroups.detect(daemon.directory)
+
+    def new_dir(self):
+        directory = super().new_dir()
+        self.addCleanup(self.remove_groups, directory)
+        return directory
+
+    def remove_groups(self, directory):
+        """Whatever groups of ``directory`` a test left (its daemon killed
+        with a job running) go, with what is in them."""
+        groups = JobGroups.detect(directory)
+
+        def removed():
+            groups.sweep([])
+            return not groups.leftovers() and not groups.remove_dir_groups()
+
+        wait_until(removed, 10, "the test's control groups to be removed")
 
     def test_a_spider_past_memory_200M_fails_with_reason_memory_while_another_runs_on(self):
         daemon = self.serve(self.new_dir())

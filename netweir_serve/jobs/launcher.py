@@ -576,12 +576,7 @@ class Launcher:
             waits.append(d)
             if not job.cancel_requested:
                 self.cancel(job.record.id, reason=SERVICE_STOPPED)
-        return defer.gatherResults(waits).addCallback(self._stopped)
-
-    def _stopped(self, _):
-        # Every job has ended: the groups of this DIR go too, if empty.
-        if self._groups is not None:
-            self._groups.remove_dir_groups()
+        return defer.gatherResults(waits).addCallback(lambda _: None)
 
     def kill_all(self):
         for job in list(self._running.values()):

@@ -323,12 +323,18 @@ class JobGroups:
         return bool(cgroupfs.oom_kills(self.directories(jobid, ["memory"])))
 
     def remove(self, jobid):
-        """Removes ``jobid``'s group, killing what is still in it first.
-        Returns the directories that are still there (a process in them
-        not gone yet): a later sweep takes them."""
+        """Removes ``jobid``'s group, killing what is still in it first,
+        and this DIR's groups if no other job's is left in them (so a
+        service killed while no limited job ran leaves nothing behind).
+        Returns the directories of the job's group that are still there (a
+        process in them not gone yet): a later try or sweep takes them."""
         directories = self.directories(jobid)
         cgroupfs.kill_members(directories)
-        return cgroupfs.remove(directories)
+        left = cgroupfs.remove(directories)
+        if not left:
+            # The kernel refuses (EBUSY) while another job's group is there.
+            self.remove_dir_groups()
+        return left
 
     def leftovers(self):
         """The names of the job groups of this DIR that exist now."""
@@ -356,11 +362,11 @@ class JobGroups:
             cgroupfs.kill_members(directories)
             if not cgroupfs.remove(directories):
                 removed.append(name)
+        self.remove_dir_groups()
         return removed
 
     def remove_dir_groups(self):
-        """Removes this DIR's groups if no job group is left in them (at
-        stop; after a handover the adopted jobs' groups keep them)."""
+        """Removes this DIR's groups if no job group is left in them."""
         return cgroupfs.remove(self._dir_groups())
 
 
