@@ -107,9 +107,12 @@ class RealGroupTests(unittest.TestCase):
         self.addCleanup(self.groups.remove, "running")
         self.assertEqual(self.groups.sweep(["RUNNING"]), ["job-ended"])
         self.assertEqual(self.groups.leftovers(), ["job-running"])
-        # The DIR's groups stay while a job's group is in them.
-        self.assertTrue(all(os.path.isdir(os.path.dirname(p))
-                            for p in self.groups.directories("running")))
+        # The DIR's group stays in a hierarchy while a job's group is in it.
+        [cpu] = self.groups.directories("running", ["cpu"])
+        self.assertTrue(os.path.isdir(cpu))
+        if self.groups.places["memory"].base != self.groups.places["cpu"].base:
+            [memory] = self.groups.directories("running", ["memory"])
+            self.assertFalse(os.path.exists(os.path.dirname(memory)))
 
 
 class ParentTests(CrawlTestCase):
