@@ -222,3 +222,19 @@ class SubmitterRefusalTests(unittest.TestCase):
         e = self.assertRaises(JobRefused, submitter.policy_of, "shop", "books")
         self.assertIn("cpu cannot be limited here", e.message)
         self.assertIsNone(submitter.policy_of("shop", "other").cpu)
+
+
+class V2RootTests(unittest.TestCase):
+    def test_a_service_in_the_root_group_moves_nothing(self):
+        # The root group may hold processes and hand controllers on: its
+        # processes are the machine's, and none of them is moved.
+        root = os.path.abspath(self.mktemp())
+        write(os.path.join(root, "cgroup.controllers"), "cpu memory\n")
+        write(os.path.join(root, "cgroup.subtree_control"), "")
+        write(os.path.join(root, "cgroup.procs"), "1\n4242\n")
+        directory = os.path.abspath(self.mktemp())
+        groups = JobGroups.detect(directory, f"cgroup2 {root} cgroup2 rw 0 0\n", "0::/\n")
+        [made] = groups.create("j", memory=64 * MIB)
+        self.assertEqual(os.path.dirname(os.path.dirname(made)), root)
+        self.assertFalse(os.path.exists(os.path.join(root, "service")))
+        self.assertEqual(read(os.path.join(root, "cgroup.subtree_control")), "+memory +cpu")

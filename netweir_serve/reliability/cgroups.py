@@ -70,6 +70,8 @@ class Place:
     controller: str
     version: int
     base: str
+    # The hierarchy's root (its mount point): v2's rule spares it.
+    root: str = None
 
 
 def read_text(path):
@@ -176,7 +178,7 @@ class JobGroups:
         for controller in CONTROLLERS:
             if controller in v2_offers:
                 if os.access(os.path.join(v2_base, "cgroup.subtree_control"), os.W_OK):
-                    places[controller] = Place(controller, 2, v2_base)
+                    places[controller] = Place(controller, 2, v2_base, v2_mount)
                 else:
                     refusals[controller] = (
                         f"the service's control group {v2_base} (cgroup v2) is not delegated"
@@ -185,7 +187,7 @@ class JobGroups:
             elif controller in v1_mounts:
                 base = _beneath(v1_mounts[controller], v1_own.get(controller, "/"))
                 if os.access(base, os.W_OK):
-                    places[controller] = Place(controller, 1, base)
+                    places[controller] = Place(controller, 1, base, v1_mounts[controller])
                 else:
                     refusals[controller] = (
                         f"the service may not make control groups in {base} (cgroup v1's"
@@ -248,8 +250,9 @@ class JobGroups:
                 raise CgroupError(f"{controller} cannot be limited here:"
                                   f" {self.refusals[controller]}")
         for controller in asked:
-            if self.places[controller].version == 2:
-                self._delegate_v2(self.places[controller].base)
+            place = self.places[controller]
+            if place.version == 2:
+                self._delegate_v2(place.base, place.root)
         for path in self._dir_groups(asked):
             _make_dir(path)
             if any(self.places[c].version == 2 for c in asked):
@@ -293,18 +296,21 @@ class JobGroups:
             _write(path, "cpu.cfs_period_us", str(CPU_PERIOD_US))
             _write(path, "cpu.cfs_quota_us", str(quota))
 
-    def _delegate_v2(self, base):
+    def _delegate_v2(self, base, root):
         """Readies the delegated v2 group ``base`` to have children with
         controllers: its processes moved into its leaf (v2's rule: a group
-        holding processes hands no controller on), then the controllers
-        enabled in its cgroup.subtree_control. Once per base."""
+        holding processes hands no controller on; the ``root`` of the
+        hierarchy is spared it, and its processes are the whole machine's),
+        then the controllers enabled in its cgroup.subtree_control. Once
+        per base."""
         if base in self._delegated:
             return
         leaf = os.path.join(base, V2_LEAF)
         wanted = [c for c in CONTROLLERS if c in self.places and self.places[c].version == 2]
         enabled = read_text(os.path.join(base, "cgroup.subtree_control")).split()
         if not all(c in enabled for c in wanted):
-            pids = cgroupfs.members([base])
+            pids = cgroupfs.members([base]) if os.path.normpath(base) != os.path.normpath(root) \
+                else []
             if pids:
                 _make_dir(leaf)
                 for pid in pids:
