@@ -85,7 +85,8 @@ def crawl_command(python, record, files, private_path, groups=()):
     of it (no setting, no argument: those are in ``private_path``). The
     crawl joins the control group whose directories are ``groups``."""
     return [python, "-c", _BOOTSTRAP, _PACKAGE_PARENT, files.status, private_path,
-            *(cgroupfs.FLAG + path for path in groups), "crawl", record.spider_file, f"--spider={record.spider}",
+            *(cgroupfs.FLAG + path for path in groups),
+            "crawl", record.spider_file, f"--spider={record.spider}",
             f"--output={files.items}", f"--stats={files.stats}"]
 
 
