@@ -266,14 +266,15 @@ def _reap(running, failed, deadline):
     return still, failed
 
 
-def run_through(service, count, timeout=600):
+def run_through(service, count, timeout=600, **params):
     """Schedules ``count`` trivial jobs on an idle ``service`` (one client,
-    one request after the other) and waits until every one has ended;
-    seconds from the first schedule.json to the end of the last job, and
-    how many did not finish with outcome "finished"."""
+    one request after the other; ``params`` go with each schedule.json) and
+    waits until every one has ended; seconds from the first schedule.json
+    to the end of the last job, and how many did not finish with outcome
+    "finished"."""
     service.wait_counts(60, "to be idle", pending=0, running=0)
     started = time.monotonic()
-    jobs = [service.schedule("one", "trivial") for _ in range(count)]
+    jobs = [service.schedule("one", "trivial", **params) for _ in range(count)]
     wait_until(lambda: (lambda c: c["pending"] == 0 and c["running"] == 0)(service.counts()),
                timeout, f"{service.name}: {count} jobs to end", interval=0.01)
     elapsed = time.monotonic() - started
@@ -305,6 +306,34 @@ def job_overhead(services, python, project_dir, jobs, chunk, parallel, scratch, 
             totals[name] += took
             if log:
                 log(f"  {k} jobs {name + ':':15} {took:.2f} s")
+        done += k
+        n += 1
+    totals["not_finished"] = bad
+    return totals
+
+
+# A policy of all eight keys that never fires on a trivial job: what each
+# costs a job that runs normally (its deadlines watched, its retry
+# decided at the end, its control group made, joined and removed).
+EVERY_POLICY_KEY = {"_timeout": "1h", "_stall": "1h", "_expire": "1h", "_retries": "2",
+                    "_retry_on": "failed", "_backoff": "1m", "_memory": "1G", "_cpu": "1"}
+
+
+def policy_cost(service, jobs, chunk, log=None):
+    """Runs ``jobs`` trivial jobs through ``service`` without a policy and
+    as many with EVERY_POLICY_KEY, in interleaved chunks of ``chunk``;
+    {"none": seconds, "all": seconds, "not_finished": {kind: count}}."""
+    totals, bad = {"none": 0.0, "all": 0.0}, {"none": 0, "all": 0}
+    done, n = 0, 0
+    while done < jobs:
+        k = min(chunk, jobs - done)
+        kinds = ("none", "all") if n % 2 == 0 else ("all", "none")
+        for kind in kinds:
+            took, failed = run_through(service, k, **(EVERY_POLICY_KEY if kind == "all" else {}))
+            totals[kind] += took
+            bad[kind] += failed
+            if log:
+                log(f"  {k} jobs, policy {kind + ':':5} {took:.2f} s")
         done += k
         n += 1
     totals["not_finished"] = bad

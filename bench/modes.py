@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from . import cluster
 
-GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall",
+GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall", "reliability",
           "deadlines")
 
 

@@ -168,7 +168,7 @@ class Bench:
         if self.mode.name == "smoke":
             self.part("smoke", self.smoke_pair)
             return self.results
-        if self.wants("api", "watching", "memory", "files"):
+        if self.wants("api", "watching", "memory", "files", "reliability"):
             self.part("the first pair", self.first_pair)
         if self.wants("api", "watching", "memory"):
             self.part("the second pair", self.second_pair)
@@ -219,6 +219,8 @@ class Bench:
                 self.measure_overhead(pair)
             if self.wants("files"):
                 self.measure_files(pair)
+            if self.wants("reliability"):
+                self.measure_policy_cost(pair)
         finally:
             self.stop_pair(pair)
 
@@ -434,6 +436,22 @@ class Bench:
                  detail=dict(found, direct=direct))
         self.notes.append(f"idle -> code: the same crawl started directly (no service) runs"
                           f" its code after {direct['p50'] * 1000:.0f} ms (p50).")
+
+    def measure_policy_cost(self, pair):
+        m = self.mode
+        ours = next(s for s in pair if s.name == OURS)
+        totals = fig.policy_cost(ours, m.jobs, m.chunk or m.jobs, self.log)
+        per_job = {kind: totals[kind] / m.jobs * 1000 for kind in ("none", "all")}
+        self.put("policy_none", {OURS: per_job["none"]}, detail=totals)
+        self.put("policy_all", {OURS: per_job["all"]})
+        self.notes.append(f"reliability: {m.jobs} trivial jobs took {totals['none']:.1f} s"
+                          f" without a policy and {totals['all']:.1f} s with all eight keys"
+                          f" ({per_job['all'] - per_job['none']:+.1f} ms a job), in"
+                          f" alternating chunks of {m.chunk or m.jobs}.")
+        for kind, bad in totals["not_finished"].items():
+            if bad:
+                self.notes.append(f"reliability: {bad} job(s) with policy {kind} did not"
+                                  " finish.")
 
     def measure_overhead(self, pair):
         m = self.mode

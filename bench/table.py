@@ -122,6 +122,14 @@ FIGURES = (
     # has no reactor; what its client waits for a listing stands beside.
     Figure("stall_burst", "largest reactor stall, {stall_jobs}+{stall_jobs} jobs (netweir serve:"
            " listjobs.json)", "ms", "< 5 ms", max_value=5),
+    # -- reliability (ours alone: netweir serve has no policies). No target
+    # in the issue; a control group made, joined and removed is a few
+    # writes, so a tenth more than a job without is the bar.
+    Figure("policy_none", "reliability: {jobs} trivial jobs, no policy: time per job (ours"
+           " alone)", "ms", "(baseline)"),
+    Figure("policy_all", "reliability: the same with all eight policy keys (memory and cpu in"
+           " a control group)", "ms", "<= 1.1x no policy", max_ratio=1.1,
+           baseline="policy_none"),
     # -- the deadline watch on a Clock (bench/deadlines.py): netweir serve has
     # none. Every deadline at its time, and one timer for them all.
     Figure("deadline_error", "deadlines: largest firing error, {deadline_jobs} running jobs on"

@@ -18,6 +18,7 @@ from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_lis
 from .store import store_location
 from .names import name_problem
 from .projects import ProjectError, ProjectTable, parse_project
+from .reliability.cgroups import JobGroups
 from .reliability.policy import PolicyError
 from .reliability.rules import PolicyRules, parse_rule
 from .schedules.times import local_zone_name
@@ -219,6 +220,19 @@ def parse_outcomes(text):
     return tuple(o for o in OUTCOMES if o in chosen)
 
 
+def unenforceable_rule(texts, groups):
+    """A sentence naming the first of the --policy ``texts`` that asks for
+    a limit ``groups`` (reliability.cgroups.JobGroups) cannot enforce on
+    this machine, and why; None when there is none. Refused at start, as
+    every job of such a rule would be."""
+    for text in texts:
+        _, policy = parse_rule(text)
+        problem = groups.refusal(policy)
+        if problem:
+            return f"--policy {text!r}: {problem}"
+    return None
+
+
 class ServeOptions(usage.Options):
     """Options of ``netweir-serve``, ``twistd netweir-serve`` and the .tac."""
 
@@ -358,6 +372,9 @@ class ServeOptions(usage.Options):
             self["max-jobs"] = default_max_jobs()
         if not self["dir"]:
             raise usage.UsageError("--dir must not be empty")
+        unenforceable = unenforceable_rule(self["policy"], JobGroups.detect(self["dir"]))
+        if unenforceable:
+            raise usage.UsageError(unenforceable)
         username = self["username"] or self.environ.get(USERNAME_VARIABLE) or None
         password = self["password"] or self.environ.get(PASSWORD_VARIABLE) or None
         if (username is None) != (password is None):

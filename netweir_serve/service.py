@@ -26,6 +26,7 @@ from .jobs.process import job_environment
 from .jobs.submit import JobSubmitter
 from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
 from .options import exposed_refusal
+from .reliability.cgroups import JobGroups
 from .reliability.deadlines import Deadlines
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
@@ -343,17 +344,22 @@ def makeService(config, reactor, wall=None):
     # The reactor's clock times intervals (the entry points make it
     # monotonic); what is recorded or shown as a time of day reads this.
     wall = WallClock() if wall is None else wall
+    # What this machine lets jobs be limited by (memory=, cpu=): read once.
+    groups = JobGroups.detect(config.directory)
+    if groups.refusals:
+        # Said once, at start; a job asking for such a limit is refused.
+        log.info("job limits: {limits}", limits=groups.describe())
     core = build_job_core(store, reactor, config.projects, config.directory, config.max_jobs,
                           config.node, wall=wall, keep=config.keep, python=config.python,
                           grace=config.grace, stats_interval=config.stats_interval,
                           poll_interval=config.poll_interval,
-                          max_per_spider=config.max_jobs_per_spider)
+                          max_per_spider=config.max_jobs_per_spider, groups=groups)
     # Spider files may read the environment as they load: give them the one
     # jobs get, without the service's credentials.
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_environment(os.environ))
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
-                             rules=config.policies)
+                             rules=config.policies, enforceable=groups.refusal)
     deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire,
                           serves=lambda project: config.projects.get(project) is not None,
                           store=store)
@@ -364,7 +370,7 @@ def makeService(config, reactor, wall=None):
                           on_change_elsewhere=watching.hub.schedule_changed, wall=wall)
     watching.show_schedules(timetable)
     root = _resource_tree(config, reactor, store, core, reader, submitter, timetable,
-                          watching, wall)
+                          watching, wall, groups)
     serve = ServeService(config, reactor, lock, store, core.launcher, core.poller, core.pruner,
                          reader, timetable, _listening(config, reactor, root))
     serve.wall = wall
@@ -445,12 +451,12 @@ def _resync(hub, deadlines):
 
 
 def _resource_tree(config, reactor, store, core, reader, submitter, timetable, watching,
-                   wall):
+                   wall, groups):
     """The twisted.web resource tree every endpoint serves."""
     api = Api(config.projects, store, core.scheduler, core.launcher, reader, submitter,
               timetable, max_per_spider=config.max_jobs_per_spider, history=watching.history,
               owners=Owners(store, config.node, reactor) if store.shared else None,
-              listing_builds=watching.listing_builds,
+              listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
                   reactor, reactor.getThreadPool(), f, *args))
     pages = {**site_pages(api), b"events": Events(watching.hub),

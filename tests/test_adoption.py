@@ -882,6 +882,7 @@ class FakeLauncher:
         self.adopted = []
         self.announced = []
         self.gone = set(gone)
+        self.swept = 0
 
     def adopt(self, record):
         if record.id in self.gone:
@@ -890,6 +891,9 @@ class FakeLauncher:
 
     def settled(self, record):
         self.announced.append((record.id, record.state, record.outcome))
+
+    def sweep_groups(self):
+        self.swept += 1
 
 
 class ReadExitStatusTests(unittest.TestCase):
@@ -907,6 +911,12 @@ class ReadExitStatusTests(unittest.TestCase):
         path = self.write('{"exit_status": 0, "end_time": 2, "crawl_pid": 5, "run": "ab"}')
         self.assertEqual(read_exit_status(path),
                          {"exit_status": 0, "end_time": 2.0, "run": "ab"})
+        # The kernel killed in the crawl's control group for memory.
+        path = self.write('{"exit_status": -9, "end_time": 2, "crawl_pid": 5, "oom": true}')
+        self.assertEqual(read_exit_status(path),
+                         {"exit_status": -9, "end_time": 2.0, "oom": True})
+        path = self.write('{"exit_status": -9, "end_time": 2, "oom": 1}')
+        self.assertEqual(read_exit_status(path), {"exit_status": -9, "end_time": 2.0})
 
     def test_missing_or_garbled(self):
         self.assertIsNone(read_exit_status(self.mktemp()))
@@ -1046,6 +1056,18 @@ class SettleTests(unittest.TestCase):
         self.status("a", {"exit_status": 0, "end_time": 900.0, "run": "ab" * 16})
         _, _, ended = self.settle()
         self.assertEqual(ended["a"].outcome, "lost")
+
+    def test_a_crawl_the_kernel_killed_for_memory_ends_failed_with_reason_memory(self):
+        self.running("oom", 1, "b:1")
+        self.running("plain", 2, "b:2")
+        self.status("oom", {"exit_status": -9, "end_time": 101.0, "oom": True})
+        self.status("plain", {"exit_status": -9, "end_time": 102.0})
+        launcher, _, ended = self.settle()
+        self.assertEqual({k: (r.outcome, r.reason) for k, r in ended.items()},
+                         {"oom": ("failed", "memory"), "plain": ("failed", "signal 9")})
+        self.assertEqual(self.get("oom").reason, "memory")
+        # The control groups of jobs no longer running are swept once settled.
+        self.assertEqual(launcher.swept, 1)
 
     def test_a_process_that_ends_as_it_is_adopted_is_settled(self):
         self.running("a", 100, "boot:5")

@@ -10,6 +10,8 @@ import tempfile
 
 from twisted.trial import unittest
 
+from netweir_serve.reliability.cgroups import JobGroups
+
 from .processes import ROOT, Daemon, free_port, shared
 
 SPIDER = '''
@@ -50,6 +52,9 @@ class FrameTests(unittest.TestCase):
         self.assertEqual(answer["node_name"], socket.gethostname())
         for key in ("pending", "running", "finished"):
             self.assertIsInstance(answer[key], int)
+        # What this machine's control groups allow (reliability/cgroups.py).
+        self.assertEqual(answer["limits"],
+                         JobGroups.detect(self.daemon.directory).available())
 
     def test_listprojects(self):
         self.assertEqual(self.daemon.get("listprojects.json")[1]["projects"], ["shop"])

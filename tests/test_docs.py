@@ -343,6 +343,9 @@ class PagesRunTests(unittest.TestCase):
     def test_projects(self):
         self.assertEqual(self.run_page("projects.md", example=False, site=False), [])
 
+    def test_reliability(self):
+        self.assertEqual(self.run_page("reliability.md", example=False), [])
+
     def test_api(self):
         self.assertEqual(self.run_page("api.md", args=["--max-jobs", "2"],
                                        env={"TZ": "Europe/Berlin"}), [
@@ -352,7 +355,8 @@ class PagesRunTests(unittest.TestCase):
 
 # The pages PagesRunTests runs, each by a test of its own.
 RUN_PAGES = ["README.md", "getting-started.md", "cluster.md", "stopping.md", "scheduling.md",
-             "watching.md", "schedules.md", "security.md", "projects.md", "api.md"]
+             "watching.md", "schedules.md", "security.md", "projects.md", "api.md",
+             "reliability.md"]
 
 
 class DocsNotRun(UserWarning):

@@ -10,6 +10,8 @@ from twisted.internet import defer
 from twisted.trial import unittest
 from zope.interface.verify import verifyClass
 
+from netweir_serve.reliability.cgroups import JobGroups
+from netweir_serve.reliability.policy import JobPolicy
 from netweir_serve.jobs.events import CHANGED, ENDED
 from netweir_serve.jobs.files import job_files
 from netweir_serve.jobs.interfaces import ILauncher, IPoller, IScheduler, ISpiderReader
@@ -47,7 +49,7 @@ class Rig:
     shortcuts for the tests (the SQLite store answers at once; a poll runs
     on the next turn, ``advance(0)``)."""
 
-    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None, wall=None):
+    def __init__(self, test, max_jobs=2, grace=30.0, fail_with=None, wall=None, groups=None):
         self.test = test
         self.dir = os.path.abspath(test.mktemp())
         project_dir = os.path.join(self.dir, "project")
@@ -67,7 +69,7 @@ class Rig:
             claims_projects=["shop", "removed"],
             environ={"PATH": "/bin", "NETWEIR_SERVE_PASSWORD": "secret",
                      "NETWEIR_SERVE_USERNAME": "me"},
-            signal_process=self.signals)
+            signal_process=self.signals, groups=groups)
         self.events, self.launcher, self.poller, self.scheduler = (
             core.events, core.launcher, core.poller, core.scheduler)
         self.events.subscribe(self._ended, kinds=(ENDED,))
@@ -79,12 +81,14 @@ class Rig:
         """Runs what is due now (the coalesced poll)."""
         self.reactor.advance(0)
 
-    def schedule(self, jobid, priority=0, settings=(), spider_file=None, project="shop"):
+    def schedule(self, jobid, priority=0, settings=(), spider_file=None, project="shop",
+                 policy=None):
         checked = SimpleNamespace(project=project, spider="books",
                                   spider_file=spider_file or self.spider_file,
                                   settings=settings, arguments=(("category", "fiction"),))
         record = self.test.successResultOf(
-            self.scheduler.schedule(checked, jobid=jobid, priority=priority))
+            self.scheduler.schedule(checked, jobid=jobid, priority=priority,
+                                    policy=policy and policy.to_json()))
         self.settle()
         return record
 
@@ -402,6 +406,39 @@ class CancellingTests(unittest.TestCase):
         rig.cancel("a")
         rig.exit("a", 0)
         self.assertEqual(rig.get("a").outcome, "cancelled")
+
+    def test_each_end_gets_its_reason(self):
+        rig = Rig(self, max_jobs=3)
+        for jobid in "abc":
+            rig.schedule(jobid)
+        rig.exit("a", 0)
+        rig.exit("b", 1)
+        rig.exit("c", -9)
+        self.assertEqual([(rig.get(j).outcome, rig.get(j).reason) for j in "abc"],
+                         [("finished", "exit 0"), ("failed", "exit 1"), ("failed", "signal 9")])
+        rig.schedule("d")
+        rig.cancel("d")
+        rig.exit("d", 130)
+        self.assertEqual((rig.get("d").outcome, rig.get("d").reason), ("cancelled", "cancel.json"))
+
+    def test_the_first_cancels_reason_stands_through_a_kill_and_in_the_table(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.launcher.cancel("a", reason="timeout")
+        # Recorded at once: a service adopting the job would end it so.
+        self.assertEqual((rig.get("a").cancel_requested, rig.get("a").reason),
+                         (True, "timeout"))
+        rig.cancel("a")    # a user's second cancel kills it
+        rig.exit("a", -9)
+        self.assertEqual((rig.get("a").outcome, rig.get("a").reason), ("cancelled", "timeout"))
+
+    def test_a_job_stopped_with_the_service_says_so(self):
+        rig = Rig(self)
+        rig.schedule("a")
+        rig.launcher.stop()
+        rig.exit("a", 130)
+        self.assertEqual((rig.get("a").outcome, rig.get("a").reason),
+                         ("cancelled", "service stopped"))
 
 
 class StoppingTests(unittest.TestCase):
@@ -745,3 +782,110 @@ class ClaimTests(unittest.TestCase):
         self.addCleanup(rig.poller.stop)
         rig.settle()
         self.assertEqual(rig.get("b").state, "running")
+
+
+class LimitsTests(unittest.TestCase):
+    """A job with a memory or cpu policy, its control group made in a
+    temporary tree shaped like cgroup v1 (reliability/cgroups.py)."""
+
+    def setUp(self):
+        self.root = os.path.abspath(self.mktemp())
+        self.memory_root = os.path.join(self.root, "memory")
+        self.cpu_root = os.path.join(self.root, "cpu")
+        os.makedirs(self.memory_root)
+        os.makedirs(self.cpu_root)
+        self.groups = JobGroups.detect(
+            os.path.abspath(self.mktemp()),
+            f"cgroup {self.memory_root} cgroup rw,memory 0 0\n"
+            f"cgroup {self.cpu_root} cgroup rw,cpu 0 0\n",
+            "4:memory:/\n3:cpu:/\n")
+
+    def rig(self, groups="default"):
+        return Rig(self, groups=self.groups if groups == "default" else groups)
+
+    def private(self, rig, jobid):
+        with open(os.path.join(rig.dir, "run", jobid + ".json")) as f:
+            return json.load(f)
+
+    def empty(self, directories):
+        # What the kernel's rmdir of a cgroup takes for granted: its files
+        # are the kernel's. In a temporary tree they are the test's to clear.
+        for directory in directories:
+            for name in os.listdir(directory):
+                os.unlink(os.path.join(directory, name))
+
+    def test_the_crawl_joins_a_group_with_the_limits_and_netweir_stops_itself_first(self):
+        rig = self.rig()
+        rig.schedule("lim", policy=JobPolicy(memory=200 << 20, cpu=0.2))
+        [process] = rig.reactor.processes
+        memory, cpu = self.groups.directories("lim")
+        crawl = process.argv.index("crawl")
+        self.assertEqual(process.argv[crawl - 2:crawl], [f"--cgroup={memory}", f"--cgroup={cpu}"])
+        with open(os.path.join(memory, "memory.limit_in_bytes")) as f:
+            self.assertEqual(f.read(), str(200 << 20))
+        with open(os.path.join(cpu, "cpu.cfs_quota_us")) as f:
+            self.assertEqual(f.read(), "20000")
+        self.assertIn("--set=max_memory=170", self.private(rig, "lim"))
+
+    def test_a_job_setting_max_memory_keeps_its_own(self):
+        rig = self.rig()
+        rig.schedule("own", settings=(("max_memory", "50"),), policy=JobPolicy(memory=1 << 30))
+        private = self.private(rig, "own")
+        self.assertEqual([a for a in private if "max_memory" in a], ["--set=max_memory=50"])
+
+    def test_a_job_without_limits_has_no_group(self):
+        rig = self.rig()
+        rig.schedule("free", policy=JobPolicy(timeout=60))
+        [process] = rig.reactor.processes
+        self.assertFalse([a for a in process.argv if a.startswith("--cgroup=")])
+        self.assertEqual(self.groups.leftovers(), [])
+        self.assertNotIn("--set=max_memory", " ".join(self.private(rig, "free")))
+
+    def test_an_oom_kill_the_parent_wrote_ends_failed_with_reason_memory(self):
+        rig = self.rig()
+        rig.schedule("hog", policy=JobPolicy(memory=64 << 20))
+        path = job_files(rig.dir, "shop", "books", "hog").status
+        with open(path, "w") as f:
+            f.write('{"exit_status": -9, "end_time": 5.0, "crawl_pid": 7, "oom": true}')
+        self.empty(self.groups.directories("hog", ["memory"]))
+        rig.exit("hog", 0)
+        record = rig.get("hog")
+        self.assertEqual((record.outcome, record.reason, record.exit_status),
+                         ("failed", "memory", -9))
+        self.assertEqual(self.groups.leftovers(), [])
+
+    def test_a_parent_killed_before_writing_its_status_the_group_tells(self):
+        rig = self.rig()
+        rig.schedule("hog", policy=JobPolicy(memory=64 << 20))
+        [memory] = self.groups.directories("hog", ["memory"])
+        self.empty([memory])
+        with open(os.path.join(memory, "memory.oom_control"), "w") as f:
+            f.write("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+        # The group still has its files: removal is tried again, then left
+        # to the next start's sweep.
+        rig.exit("hog", signal=9)
+        self.assertEqual((rig.get("hog").outcome, rig.get("hog").reason), ("failed", "memory"))
+        self.assertTrue(os.path.exists(memory))
+        os.unlink(os.path.join(memory, "memory.oom_control"))
+        rig.reactor.advance(0.1)
+        self.assertFalse(os.path.exists(memory))
+
+    def test_a_limit_the_service_cannot_enforce_fails_the_job_at_start(self):
+        rig = self.rig(groups=None)
+        rig.schedule("nolimit", policy=JobPolicy(cpu=1.0))
+        record = rig.get("nolimit")
+        self.assertEqual((record.outcome, record.reason), ("failed", "not started"))
+        self.assertIn("cpu limit cannot be enforced", record.detail)
+        self.assertEqual(rig.reactor.processes, [])
+
+    def test_a_group_that_cannot_be_made_fails_the_job_at_start(self):
+        rig = self.rig()
+        # The hierarchy went away since the start (unmounted, say).
+        os.rmdir(self.cpu_root)
+        rig.schedule("gone", policy=JobPolicy(memory=64 << 20, cpu=1.0))
+        record = rig.get("gone")
+        self.assertEqual((record.outcome, record.reason), ("failed", "not started"))
+        self.assertIn("cannot make the control group", record.detail)
+        self.assertEqual(rig.reactor.processes, [])
+        # The memory half made before it is gone again.
+        self.assertEqual(self.groups.leftovers(), [])

@@ -7,7 +7,8 @@ import sys
 from twisted.python import usage
 from twisted.trial import unittest
 
-from netweir_serve.options import ServeOptions, is_loopback
+from netweir_serve.options import ServeOptions, is_loopback, unenforceable_rule
+from netweir_serve.reliability.cgroups import JobGroups
 
 from .processes import ROOT
 
@@ -210,3 +211,32 @@ class CommandLineTests(unittest.TestCase):
         for flag in ("--project", "--bind", "--port", "--dir", "--max-jobs", "--keep",
                      "--username", "--password", "--insecure-no-auth"):
             self.assertIn(flag, done.stdout)
+
+
+class PolicyLimitsTests(unittest.TestCase):
+    """A --policy asking for a limit the machine cannot enforce is refused
+    at start, naming the rule and why."""
+
+    def groups(self, controllers):
+        root = os.path.abspath(self.mktemp())
+        os.makedirs(root)
+        for name, text in (("cgroup.controllers", controllers), ("cgroup.subtree_control", "")):
+            with open(os.path.join(root, name), "w") as f:
+                f.write(text)
+        return JobGroups.detect(self.mktemp(), f"cgroup2 {root} cgroup2 rw 0 0\n", "0::/\n")
+
+    def test_a_limit_without_its_controller_is_named(self):
+        groups = self.groups("cpu pids")
+        rules = ["shop:timeout=6h", "shop/books:cpu=1,memory=1G"]
+        refusal = unenforceable_rule(rules, groups)
+        self.assertTrue(refusal.startswith("--policy 'shop/books:cpu=1,memory=1G': memory"
+                                           " cannot be limited here:"), refusal)
+        self.assertIsNone(unenforceable_rule(["shop:timeout=6h,cpu=0.5"], groups))
+
+    def test_on_this_machine_the_rule_is_taken_or_refused_as_its_groups_say(self):
+        here = JobGroups.detect(self.mktemp())
+        argv = ["--project", f"shop={ROOT}", "--policy", "shop:memory=1G"]
+        if here.available()["memory"]:
+            self.assertEqual(parse(*argv)["policies"].for_project("shop").memory, 1 << 30)
+        else:
+            self.assertRaises(usage.UsageError, parse, *argv)

@@ -229,7 +229,7 @@ class PageTests(unittest.TestCase):
         self.assertLessEqual(start, finish)
         self.assertEqual(HREF.search(job["log"]).group(1), entry["log_url"])
         self.assertEqual(HREF.search(job["items"]).group(1), entry["items_url"])
-        self.assertIn(f"<td>{entry['outcome']}</td>", text)
+        self.assertIn(f"<td>{entry['outcome']} ({entry['reason']})</td>", text)
 
     def test_the_favicon_is_served_and_linked(self):
         # Every browser asks for /favicon.ico; a 404 fills the log with noise.

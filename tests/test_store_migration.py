@@ -111,6 +111,9 @@ class OldTableTests(unittest.TestCase):
             ("Done", "Shop", "books", "/p/books.py", (("max_items", "5"),),
              (("category", "x"),), 0.0, "finished", "finished", 41, 0, 100.0, 110.0, 120.0,
              {"items": 30}, False, None, None))
+        # Migration 8: a job of then was a first attempt, with no policy.
+        self.assertEqual((done.attempt, done.retry_of, done.not_before, done.policy,
+                          done.detail), (1, None, None, None, None))
         running = yield store.get("running")
         self.assertEqual((running.id, running.state, running.pid, running.start_time,
                           running.cancel_requested, running.node, running.outcome),

@@ -15,8 +15,17 @@ Signals from the service: SIGTERM (a cancel) is passed to the crawl;
 SIGUSR1 (the kill after the grace period, a second cancel) kills the crawl
 and every process it started, in any session, at once.
 
-Run as ``python -c BOOTSTRAP PACKAGE_PARENT STATUS PRIVATE crawl ARGS...``
-(see process.crawl_command).
+A job with a ``memory`` or ``cpu`` limit has a control group made for it
+by the service (reliability/cgroups.py), named by ``--cgroup=DIR`` words
+before ``crawl``: the forked child moves itself into it before netweir
+starts, so the crawl and all it starts are held to the limit, while the
+parent stays outside, to outlive an OOM kill and report it. At the end the
+parent empties the group, notes whether the kernel killed in it for
+memory (``"oom": true`` in the status file, so a restarted service sees
+it too), and removes it.
+
+Run as ``python -c BOOTSTRAP PACKAGE_PARENT STATUS PRIVATE [--cgroup=DIR...]
+crawl ARGS...`` (see process.crawl_command).
 """
 
 import os
@@ -50,15 +59,24 @@ def _kill_everything(signum=None, frame=None):
     _proctree.kill_descendants()
 
 
-def _start(private_path, crawl_argv):
+def _start(private_path, crawl_argv, groups=()):
     """Forks the crawl: in the child, netweir runs as ``python -m netweir``
     would, with the settings and arguments of the private file (read, then
-    deleted) after ``crawl_argv``. Returns the child's pid."""
+    deleted) after ``crawl_argv``, inside the control group whose
+    directories are ``groups`` (if any). Returns the child's pid."""
     pid = os.fork()
     if pid != 0:
         return pid
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+    if groups:
+        try:
+            # Before anything of the crawl's runs: a limit asked is never
+            # left unenforced.
+            _cgroupfs().join(groups, os.getpid())
+        except OSError as e:
+            os.write(2, f"netweir-serve: cannot join the job's control group: {e}\n".encode())
+            os._exit(CANNOT_RUN)
     import json
     import runpy
 
@@ -126,23 +144,56 @@ def _run_mark():
     return None
 
 
-def status_json(status, end_time, crawl_pid, run=None):
+def _cgroupfs():
+    # Imported by the jobs with a limit only: the others' start pays nothing.
+    from ..reliability import cgroupfs
+    return cgroupfs
+
+
+# The first words of the command line that name the crawl's control group
+# (reliability/cgroupfs.FLAG, process.crawl_command).
+_GROUP_FLAG = "--cgroup="
+
+
+def _end_the_group(groups):
+    """Kills what is left in the crawl's control group and removes it.
+    Returns whether the kernel killed in it for memory."""
+    if not groups:
+        return False
+    cgroupfs = _cgroupfs()
+    oom = bool(cgroupfs.oom_kills(groups))
+    for _ in range(100):
+        # A process killed leaves its group as it exits, a moment later.
+        cgroupfs.kill_members(groups)
+        _end_the_rest()
+        if not cgroupfs.remove(groups):
+            break
+        time.sleep(0.01)
+    else:
+        sys.stderr.write(f"netweir-serve: could not remove the job's control group"
+                         f" {' '.join(groups)}\n")
+    return oom
+
+
+def status_json(status, end_time, crawl_pid, run=None, oom=False):
     """The status file's JSON (files.read_exit_status reads it). ``run``,
     the run's mark, says whose status it is: a later service trusts it even
-    for a job whose pid it never recorded (it died in between)."""
+    for a job whose pid it never recorded (it died in between). ``oom``:
+    the kernel killed in the crawl's control group for memory."""
     shown = "null" if status is None else str(int(status))
     mark = "" if run is None else f', "run": "{run}"'
+    killed = ', "oom": true' if oom else ""
     return (f'{{"exit_status": {shown}, "end_time": {float(end_time)!r},'
-            f' "crawl_pid": {int(crawl_pid)}{mark}}}')
+            f' "crawl_pid": {int(crawl_pid)}{mark}{killed}}}')
 
 
-def _write_status(path, status, crawl_pid):
+def _write_status(path, status, crawl_pid, oom=False):
     temporary = f"{path}.{os.getpid()}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         # Not fsynced: a machine that loses power loses the crawl too, and a
         # torn file reads as none (the job is lost), as it would be anyway.
-        os.write(fd, status_json(status, time.time(), crawl_pid, _run_mark()).encode("ascii"))
+        os.write(fd, status_json(status, time.time(), crawl_pid, _run_mark(), oom).encode("ascii"))
     finally:
         os.close(fd)
     os.replace(temporary, path)
@@ -152,7 +203,10 @@ def main(argv):
     if len(argv) < 3:
         sys.stderr.write("usage: _crawlparent STATUS PRIVATE crawl ARGS...\n")
         return 2
-    status_path, private_path, crawl_argv = argv[0], argv[1], argv[2:]
+    status_path, private_path = argv[0], argv[1]
+    groups, crawl_argv = [], argv[2:]
+    if crawl_argv[0].startswith(_GROUP_FLAG):
+        groups, crawl_argv = _cgroupfs().split_flags(crawl_argv)
     os.setsid()
     _proctree.become_subreaper()
     signal.signal(signal.SIGTERM, _forward)
@@ -160,11 +214,12 @@ def main(argv):
     signal.signal(signal.SIGUSR1, _kill_everything)
     # The service going away (a handover) must not end the crawl.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _Crawl.pid = _start(private_path, crawl_argv)
+    _Crawl.pid = _start(private_path, crawl_argv, groups)
     status = _wait_for(_Crawl.pid)
     _end_the_rest()
+    oom = _end_the_group(groups)
     try:
-        _write_status(status_path, status, _Crawl.pid)
+        _write_status(status_path, status, _Crawl.pid, oom)
     except OSError as e:
         sys.stderr.write(f"netweir-serve: could not write the job's exit status: {e}\n")
         # The service watching this process takes its status for the

@@ -95,6 +95,7 @@ def settle_left_running(store, launcher, directory, node, clock, identify=_proct
         launcher.settled(settled)
     if ended:
         end_leftovers(directory, ended, kill_marked)
+    launcher.sweep_groups()
     return adopted, ended
 
 

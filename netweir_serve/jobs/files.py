@@ -80,8 +80,9 @@ def delete_files(files):
 def read_exit_status(path):
     """What the crawl's parent wrote at the crawl's end: a dict with
     ``exit_status`` (an int, negative for a signal, or None) and
-    ``end_time``, and ``run`` (the run's mark, jobs.process.run_mark) if
-    it wrote one; None when there is no whole, well-formed file (the
+    ``end_time``, ``run`` (the run's mark, jobs.process.run_mark) if it
+    wrote one, and ``oom`` (True) if the kernel killed in the crawl's
+    control group for memory; None when there is no whole, well-formed file (the
     machine went down, or the parent itself was killed)."""
     try:
         with open(path, "rb") as f:
@@ -97,6 +98,8 @@ def read_exit_status(path):
             or type(end) not in (int, float) or not 0 <= end < 1e11:
         return None
     written = {"exit_status": code, "end_time": float(end)}
+    if status.get("oom") is True:
+        written["oom"] = True
     run = status.get("run")
     if run is not None:
         if type(run) is not str:

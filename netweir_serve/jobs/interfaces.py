@@ -94,6 +94,10 @@ class ILauncher(Interface):
     def running_ids():
         """The ids of the jobs running here."""
 
+    def sweep_groups():
+        """Removes the control groups of this DIR's jobs that no longer run
+        (at start, once the last run's jobs are adopted or settled)."""
+
     def carry_out(record):
         """Does what the table's ``record`` of a job running here asks and
         has not been done here yet (its ``cancel_requested``, then its

@@ -16,7 +16,9 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from .. import _proctree
-from ..names import fold
+from ..names import fold, setting_name
+from ..reliability.cgroups import CgroupError
+from ..reliability.policy import JobPolicy
 from .events import CHANGED, ENDED, STARTED
 from .outcomes import end_of
 from .files import files_of, read_exit_status, read_stats
@@ -42,6 +44,30 @@ _HELD = object()
 # Seconds the crawl's parent has to end everything once told to kill it;
 # past them its whole process group is killed from here.
 KILL_FALLBACK_SECONDS = 5.0
+
+# A job's control group still holding a process just killed is removed
+# again this often, this many times (a killed process leaves it as it exits).
+GROUP_REMOVAL_DELAY = 0.1
+GROUP_REMOVAL_TRIES = 50
+
+# Netweir's own max_memory, as a share of a job's memory limit: the crawl
+# stops itself cleanly (items closed, checkpoint recorded) before the
+# kernel kills it. Netweir reads its peak resident memory at most once a
+# second, so a crawl that grows fast still meets the kernel's limit.
+MAX_MEMORY_SHARE = 0.85
+
+
+def max_memory_setting(limit):
+    """Netweir's ``max_memory`` (whole MiB) for a limit of ``limit`` bytes."""
+    return max(1, int(limit * MAX_MEMORY_SHARE) >> 20)
+
+
+def limited_settings(settings, memory):
+    """The job's ``settings`` with ``max_memory`` at MAX_MEMORY_SHARE of
+    ``memory`` (bytes) added, unless the job sets it itself."""
+    if memory is None or any(setting_name(key) == "max_memory" for key, _ in settings):
+        return tuple(settings)
+    return tuple(settings) + (("max_memory", str(max_memory_setting(memory))),)
 
 
 @dataclass
@@ -80,7 +106,7 @@ class Launcher:
     def __init__(self, reactor, store, events, projects, directory, max_jobs,
                  python=sys.executable, grace=30.0, stats_interval=1.0,
                  environ=None, signal_process=send_signal, watch_process=watch_exit,
-                 identify=_proctree.start_time, wall=None):
+                 identify=_proctree.start_time, wall=None, groups=None):
         self._reactor = reactor
         # The time of day for the ends it records (the reactor's clock,
         # monotonic, times the grace, the kill and the stats loop).
@@ -97,6 +123,9 @@ class Launcher:
         self._signal = signal_process
         self._watch = watch_process
         self._identify = identify
+        # The jobs' control groups (reliability/cgroups.JobGroups), for
+        # their memory and cpu limits; None where none can be made.
+        self._groups = groups
         self._running = {}
         # {job key: waiters} of jobs whose process ended and whose end is
         # being recorded: they keep their slot until it is (or failed to be).
@@ -121,12 +150,14 @@ class Launcher:
             pid = self._spawn(record, command, workdir, files)
         except (StartRefused, OSError) as e:
             remove_quietly(private)
+            self._remove_group(record.id)
             self._fail_to_start(record, files, str(e))
             return
         except Exception as e:
             # Whatever else refuses the start, the job must end and the
             # poller's loop go on.
             remove_quietly(private)
+            self._remove_group(record.id)
             self.log.failure("job {jobid}: unexpected error starting it", jobid=record.id)
             self._fail_to_start(record, files, f"{type(e).__name__}: {e}")
             return
@@ -173,7 +204,9 @@ class Launcher:
     def settled(self, record):
         """Announces the end of a job that ended while no service watched
         it, now recorded at start (jobs.adoption): metrics, notifications
-        and the poller hear of it as of any job's end."""
+        and the poller hear of it as of any job's end. Its control group,
+        if its parent could not remove it, goes."""
+        self._remove_group(record.id)
         self._events.publish(ENDED, record)
 
     def _started(self, record, job):
@@ -192,7 +225,11 @@ class Launcher:
         if not os.path.isfile(record.spider_file):
             raise StartRefused(f"the spider's file {record.spider_file} is gone")
         data_dir = os.path.join(self._directory, "data", project.name)
-        arguments = private_arguments(record, data_dir)
+        policy = JobPolicy.from_json(record.policy)
+        groups = self._make_group(record, policy)
+        arguments = private_arguments(
+            replace(record, settings=limited_settings(record.settings, policy.memory)),
+            data_dir)
         for path in files.all():
             os.makedirs(os.path.dirname(path), exist_ok=True)
         os.makedirs(data_dir, exist_ok=True)
@@ -200,7 +237,55 @@ class Launcher:
         # since) must not be taken for this one's.
         remove_quietly(files.status)
         write_private_file(private, arguments)
-        return crawl_command(self._python, record, files, private), project.workdir
+        return crawl_command(self._python, record, files, private, groups), project.workdir
+
+    def _make_group(self, record, policy):
+        """The directories of the control group made for ``record``'s
+        limits (none without one)."""
+        if policy.memory is None and policy.cpu is None:
+            return []
+        if self._groups is None:
+            raise StartRefused("its memory or cpu limit cannot be enforced: this service"
+                               " makes no control groups")
+        try:
+            return self._groups.create(record.id, memory=policy.memory, cpu=policy.cpu)
+        except CgroupError as e:
+            # The machine changed since the job was queued (a hierarchy
+            # unmounted, a delegation taken back): never run it unlimited.
+            raise StartRefused(e.message) from None
+
+    def _remove_group(self, jobid, tries=GROUP_REMOVAL_TRIES):
+        """Removes ``jobid``'s control group, if it has one, killing what
+        is left in it (the parent removes it itself unless it was killed).
+        A process just killed leaves its group a moment later: tried again
+        every GROUP_REMOVAL_DELAY seconds, ``tries`` times in all."""
+        if self._groups is None:
+            return
+        left = self._groups.remove(jobid)
+        if not left:
+            return
+        if tries > 1 and not self._stopping:
+            self._reactor.callLater(GROUP_REMOVAL_DELAY, self._remove_group, jobid, tries - 1)
+        else:
+            self.log.warn("job {jobid}: could not remove its control group {groups}; the next"
+                          " start removes it", jobid=jobid, groups=" ".join(left))
+
+    def _oom_killed(self, jobid, written):
+        """Whether the kernel killed in ``jobid``'s group for memory: as the
+        parent wrote it, or, if it wrote nothing, as the group says."""
+        if written is not None:
+            return written.get("oom", False)
+        return self._groups is not None and self._groups.oom_killed(jobid)
+
+    def sweep_groups(self):
+        """At start, once the last run's jobs are adopted or settled: the
+        control groups of this DIR's jobs that no longer run are removed."""
+        if self._groups is None:
+            return
+        removed = self._groups.sweep(self.running_ids())
+        if removed:
+            self.log.info("removed {n} control group(s) the last run left: {names}",
+                          n=len(removed), names=" ".join(removed))
 
     def _spawn(self, record, command, workdir, files):
         opened = []
@@ -334,6 +419,8 @@ class Launcher:
         remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
         self._ending[fold(jobid)] = job.ended
         written = read_exit_status(job.files.status)
+        oom = self._oom_killed(job.record.id, written)
+        self._remove_group(job.record.id)
         now = self._wall.seconds()
         if written is not None:
             status, end_time = written["exit_status"], written["end_time"]
@@ -349,7 +436,7 @@ class Launcher:
         else:
             outcome, reason = end_of(
                 job.record, status, job.cancel_reason if job.cancel_requested else None,
-                oom=bool(written and written.get("oom")))
+                oom=oom)
         try:
             # ScrapydWeb reads a crawl's numbers from the end of its log.
             append_stats(job.files.log, stats, outcome, end_time)

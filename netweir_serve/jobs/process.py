@@ -27,6 +27,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from .. import _proctree
+from ..reliability import cgroupfs
 from ..reliability.deadlines import timed_settings
 from . import datapaths
 
@@ -81,10 +82,12 @@ def private_arguments(record, data_dir):
     return argv
 
 
-def crawl_command(python, record, files, private_path):
+def crawl_command(python, record, files, private_path, groups=()):
     """The argv of the job's process for ``record``: what any user may see
-    of it (no setting, no argument: those are in ``private_path``)."""
+    of it (no setting, no argument: those are in ``private_path``). The
+    crawl joins the control group whose directories are ``groups``."""
     return [python, "-c", _BOOTSTRAP, _PACKAGE_PARENT, files.status, private_path,
+            *(cgroupfs.FLAG + path for path in groups),
             "crawl", record.spider_file, f"--spider={record.spider}",
             f"--output={files.items}", f"--stats={files.stats}"]
 

@@ -31,7 +31,7 @@ class Api:
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
                  max_per_spider=None, history=None, owners=None, listing_builds=None,
-                 build_aside=None):
+                 build_aside=None, limits=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -52,6 +52,9 @@ class Api:
         # large answer is built, off the reactor thread in the service (20,000
         # jobs are 4 MB of JSON, hundreds of milliseconds); at once without.
         self.build_aside = build_aside or _at_once
+        # Which job limits this machine can enforce: {"memory": bool, "cpu": bool}
+        # (reliability/cgroups.JobGroups.available), for daemonstatus.json.
+        self.limits = limits or {"memory": False, "cpu": False}
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -97,7 +100,8 @@ class DaemonStatus(ApiEndpoint):
         return self._cache.answer(None, self._build)
 
     def _build(self):
-        return self.api.store.counts().addCallback(lambda counts: ok_body(**counts))
+        return self.api.store.counts().addCallback(
+            lambda counts: ok_body(**counts, limits=self.api.limits))
 
 
 class ListProjects(ApiEndpoint):

@@ -224,6 +224,13 @@ def runtime(seconds):
 NODE_COLUMN = "Node"
 
 
+def ended_as(record):
+    """The Outcome cell of an ended job: its outcome, and why (its reason)."""
+    if record.reason and record.outcome:
+        return f"{record.outcome} ({record.reason})"
+    return record.outcome or ""
+
+
 def job_row(record, now, columns=COLUMNS, waits_for=None):
     """The ``<tr>`` of one job; ``now`` (epoch seconds) gives a running job's
     runtime, ``waits_for`` why a pending one waits (listjobs.json's
@@ -246,7 +253,7 @@ def job_row(record, now, columns=COLUMNS, waits_for=None):
         # forever, so it shows as starting when it ended.
         start = record.start_time if record.start_time is not None else end
         cells.update(Start=page_time(start), Runtime=runtime(end - start),
-                     Finish=page_time(end), Outcome=escape(record.outcome or ""))
+                     Finish=page_time(end), Outcome=escape(ended_as(record)))
     if record.state in (RUNNING, FINISHED):
         cells.update(Log=link(log_url(record), "Log"), Items=link(items_url(record), "Items"))
     if NODE_COLUMN in cells and record.node is not None:

@@ -272,7 +272,8 @@
       const start = parseTime(entry.start_time), end = parseTime(entry.end_time);
       const items = number(entry.stats, "items");
       return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
-        `<td class="outcome ${esc(entry.outcome)}">${esc(entry.outcome)}</td>` +
+        `<td class="outcome ${esc(entry.outcome)}" title="${esc(entry.reason || "")}">${esc(entry.outcome)}` +
+        `${entry.reason ? ` <span class="reason">${esc(entry.reason)}</span>` : ""}</td>` +
         `${timeCell(end)}<td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
         `<td class="items">${esc(items ?? "")}</td><td>${chartOrWhyNot(entry.id, 120, 24)}</td>`;
     },
