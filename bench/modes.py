@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from . import cluster
 
-GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall", "reliability")
+GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall", "reliability",
+          "deadlines")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Mode:
     streams: int = 50      # open /events streams of the watched figure
     stall_jobs: int = 10_000   # finished, and as many pending, of the stall figure
     stall_rounds: int = 50     # rounds of its burst, per client
+    deadline_jobs: int = 1000  # running jobs of the deadline figure (on a Clock)
 
 
 FULL = Mode("full", duration=3.0, warmup=0.5, reps=3, connections=64, samples=15,
@@ -52,7 +54,7 @@ SMOKE = Mode("smoke", duration=0.3, warmup=0.0, reps=1, connections=8, samples=0
              stamp_samples=0, jobs=100, chunk=0, small_table=100, big_table=1000,
              huge_table=1000, schedules=5, idle_seconds=0.5, schedule_rounds=1,
              file_mb=1, big_file_mb=2, fetchers=2, nodes=cluster.QUICK, stall_jobs=200,
-             stall_rounds=3)
+             stall_rounds=3, deadline_jobs=100)
 
 MODES = {m.name: m for m in (FULL, QUICK, SMOKE)}
 
@@ -64,4 +66,4 @@ def labels(mode):
             "jobs": m.jobs, "streams": m.streams, "huge": f"{m.huge_table:,}",
             "sched": f"{m.schedules:,}", "file_mb": m.file_mb, "big_mb": m.big_file_mb,
             "fetchers": m.fetchers, "slots": cluster.SLOTS,
-            "stall_jobs": f"{m.stall_jobs:,}"}
+            "stall_jobs": f"{m.stall_jobs:,}", "deadline_jobs": f"{m.deadline_jobs:,}"}

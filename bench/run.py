@@ -16,6 +16,8 @@ measured on three pairs of services and a set of nodes:
 - the third pair: recurring schedules against cron (schedules);
 - netweir-serve nodes on a PostgreSQL job table against one SQLite node
   (nodes; skipped, with a note, when no PostgreSQL server answers).
+- netweir-serve's deadline watch with 1,000 running jobs on a Clock, in
+  this process (deadlines; bench/deadlines.py).
 
 Everything it started is stopped when it ends, however it ends.
 """
@@ -35,7 +37,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import files, schedules, stall
+from . import deadlines, files, schedules, stall
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -176,6 +178,8 @@ class Bench:
             self.part("nodes", self.measure_nodes)
         if self.wants("stall"):
             self.part("stall", self.measure_stall)
+        if self.wants("deadlines"):
+            self.part("deadlines", self.measure_deadlines)
         return self.results
 
     def part(self, name, step):
@@ -394,6 +398,19 @@ class Bench:
                                               max(3, m.samples))
         self.put("stall_burst", values, detail=detail)
         self.notes += notes
+
+    def measure_deadlines(self):
+        """Ours alone, in this process, on a Clock (bench/deadlines.py)."""
+        jobs = self.mode.deadline_jobs
+        self.log(f"the deadline watch: {jobs:,} running jobs on a Clock")
+        found = deadlines.measure(jobs)
+        self.put("deadline_error", {OURS: found["error_ms"]}, extra={OURS: found["timers"]},
+                 detail=found)
+        self.notes.append(
+            f"deadlines: {found['deadlines']:,} jobs cancelled ({found['by_reason']['timeout']:,}"
+            f" at their timeout, {found['by_reason']['stalled']:,} stalled), at most"
+            f" {found['timers']} timer of the watch at once; {found['cpu_us']:.0f} us of CPU"
+            " per deadline, the stats rounds that fed the stall watch included.")
 
     def measure_listspiders(self, pair):
         for key, project in (("listspiders1_p50", "one"), ("listspiders10_p50", "ten"),

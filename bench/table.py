@@ -130,6 +130,11 @@ FIGURES = (
     Figure("policy_all", "reliability: the same with all eight policy keys (memory and cpu in"
            " a control group)", "ms", "<= 1.1x no policy", max_ratio=1.1,
            baseline="policy_none"),
+    # -- the deadline watch on a Clock (bench/deadlines.py): netweir serve has
+    # none. Every deadline at its time, and one timer for them all.
+    Figure("deadline_error", "deadlines: largest firing error, {deadline_jobs} running jobs on"
+           " a Clock (timers)", "ms", "< 1 ms, 1 timer", max_value=1, extra="timers",
+           max_extra=1),
 ) + _nodes()
 
 BY_KEY = {f.key: f for f in FIGURES}
@@ -138,7 +143,7 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The labels' defaults: the full run's.
 LABEL_DEFAULTS = {"conns": 64, "small": 100, "big": "1,000", "jobs": 100, "streams": 50,
                   "huge": "10,000", "sched": "1,000", "file_mb": 5, "big_mb": 500,
-                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000"}
+                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000", "deadline_jobs": "1,000"}
 
 
 def _format_number(unit, value):

@@ -19,6 +19,7 @@ from .cluster.membership import NodeMembership
 from .dirlock import DirectoryUnusable, lock_directory
 from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
 from .jobs.core import build_job_core
+from .jobs.events import CHANGED, ENDED, QUEUED, STARTED
 from .jobs.history import StatsHistory
 from .jobs.notify import Notifier
 from .jobs.process import job_environment
@@ -26,6 +27,7 @@ from .jobs.submit import JobSubmitter
 from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
 from .options import exposed_refusal
 from .reliability.cgroups import JobGroups
+from .reliability.deadlines import Deadlines
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .store import open_store
@@ -121,6 +123,9 @@ class ServeService(service.Service):
         self.membership = None
         # watching.lag.ReactorLag, set by makeService: runs while the service does.
         self.reactor_lag = None
+        # reliability.deadlines.Deadlines, set by makeService: watches while
+        # the service runs.
+        self.deadlines = None
         # The time of day (clocks.py); makeService sets the one it gave the parts.
         self.wall = reactor
         # Why the service could not start, once it has stopped for it.
@@ -211,6 +216,8 @@ class ServeService(service.Service):
                 self.reactor.stop()
                 return
         yield self._settle_left_running()
+        if self.deadlines is not None:
+            yield self.deadlines.start()
         yield self.pruner.prune_now()
         log.info("netweir-serve listening on {places} with {dir}; job table {table};"
                  " projects: {projects}; {max_jobs} job(s) at once",
@@ -242,6 +249,9 @@ class ServeService(service.Service):
             self.membership.stop()
         if self.reactor_lag is not None:
             self.reactor_lag.stop()
+        if self.deadlines is not None:
+            # Stopping cancels the running jobs itself (or hands them over).
+            self.deadlines.stop()
         yield self.poller.stop()
         self.pruner.stop()
         running = self.launcher.running_count()
@@ -350,7 +360,11 @@ def makeService(config, reactor, wall=None):
                           env=job_environment(os.environ))
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
                              rules=config.policies, enforceable=groups.refusal)
-    watching = _watching(config, reactor, store, core, wall)
+    deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire,
+                          serves=lambda project: config.projects.get(project) is not None,
+                          store=store)
+    _hear_deadlines(core.events, deadlines)
+    watching = _watching(config, reactor, store, core, wall, deadlines)
     timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
                           on_change=watching.schedule_changed,
                           on_change_elsewhere=watching.hub.schedule_changed, wall=wall)
@@ -360,6 +374,7 @@ def makeService(config, reactor, wall=None):
     serve = ServeService(config, reactor, lock, store, core.launcher, core.poller, core.pruner,
                          reader, timetable, _listening(config, reactor, root))
     serve.wall = wall
+    serve.deadlines = deadlines
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,
@@ -394,7 +409,18 @@ class _Watching:
             lambda f: log.failure("could not read the schedules for /metrics", f))
 
 
-def _watching(config, reactor, store, core, wall):
+def _hear_deadlines(events, deadlines):
+    """The deadline watch hears this node's job events, and (a subscriber
+    of the other nodes' too) the pending jobs every node queues: a local
+    event comes to both, which the watch takes twice harmlessly."""
+    heard = {QUEUED: deadlines.queued, STARTED: deadlines.started,
+             CHANGED: deadlines.changed, ENDED: deadlines.ended}
+    events.subscribe(lambda kind, record: heard[kind](record))
+    events.subscribe(lambda kind, record: deadlines.elsewhere(record),
+                     kinds=(QUEUED, STARTED, ENDED), elsewhere=True)
+
+
+def _watching(config, reactor, store, core, wall, deadlines):
     """The watching parts, each subscribed to the job events; --notify too."""
     launcher = core.launcher
     history = StatsHistory(config.directory, launcher.running_stats, wall)
@@ -403,16 +429,25 @@ def _watching(config, reactor, store, core, wall):
     hub.subscribe(core.events)
     if store.shared:
         # The other nodes' jobs as job events too, read while /events is watched.
+        # Queued jobs are read whoever watches: the deadline watch expires
+        # the pending jobs of every node (reliability/deadlines.py).
         ClusterJobs(store, core.events, config.node, wanted=hub.streams,
-                    resync=hub.resync).start()
+                    resync=lambda: _resync(hub, deadlines), always=(QUEUED,)).start()
     listing_builds = ListingBuilds()
     metrics = ServiceMetrics(store, launcher.slots_free, config.max_jobs, hub.streams,
                              nodes=store.nodes if store.shared else None,
-                             listing_builds=listing_builds)
+                             listing_builds=listing_builds, deadlines=deadlines.fired)
     metrics.subscribe(core.events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
              secret=config.notify_secret, timeout=config.notify_timeout).subscribe(core.events)
     return _Watching(history, hub, metrics, listing_builds)
+
+
+def _resync(hub, deadlines):
+    """Changes of other nodes may have gone unheard (LISTEN was lost)."""
+    if hub.streams():
+        hub.resync()
+    deadlines.resync()
 
 
 def _resource_tree(config, reactor, store, core, reader, submitter, timetable, watching,

@@ -174,6 +174,25 @@ class StallTest(BenchCase):
         self.assertTrue(any(note.startswith("stall: ") for note in bench.notes))
 
 
+class DeadlinesTest(BenchCase):
+    """The deadline figure, at the smoke run's size, and its row."""
+
+    def test_every_deadline_measured_with_one_timer_and_tabled(self):
+        bench = self.make_bench()
+        bench.measure_deadlines()
+        self.assertEqual(bench.results["deadline_error"][OURS], 0.0)
+        self.assertEqual(bench.results["deadline_error"]["timers"], {OURS: 1})
+        found = bench.details["deadline_error"]
+        self.assertEqual(found["deadlines"], SMOKE.deadline_jobs)
+        self.assertEqual(sum(found["by_reason"].values()), SMOKE.deadline_jobs)
+        self.assertTrue(all(found["by_reason"].values()), found["by_reason"])
+        line = next(line for line in render(bench.results, labels(SMOKE)).splitlines()
+                    if line.startswith("| deadlines: "))
+        self.assertEqual([c.strip() for c in line.strip("|").split("|")][1:],
+                         ["-", "0.0 ms (1)", "-", "< 1 ms, 1 timer", "yes"])
+        self.assertTrue(any(note.startswith("deadlines: ") for note in bench.notes))
+
+
 class DocsTest(unittest.TestCase):
     def test_the_latest_table_in_the_docs_has_every_row(self):
         """docs/performance.md's latest table (the first table of its

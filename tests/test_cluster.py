@@ -646,7 +646,8 @@ class NetworkCutTests(ClusterTestCase):
         # Nor counted twice: only the declaring node counts the lost ends.
         counted = {(name, outcome): value(samples(via.call("GET", "/metrics")[2].decode()),
                                           "netweir_serve_jobs_ended_total", project="shop",
-                                          spider="slow", outcome=outcome)
+                                          spider="slow", outcome=outcome,
+                                          reason={"lost": "node lost"}.get(outcome, "exit 0"))
                    for name, via in (("cut", cut), ("n1", n1))
                    for outcome in ("lost", "finished")}
         self.assertEqual(counted, {("cut", "lost"): 0, ("cut", "finished"): 0,

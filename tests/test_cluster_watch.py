@@ -73,9 +73,9 @@ class WatchingTests(ClusterTestCase):
                          {k: v for k, v in own.items() if k != "time"})
         # Each end counted by the node that ran the job only.
         self.assertEqual(value(self.scrape(b), "netweir_serve_jobs_ended_total", project="shop",
-                               spider="slow", outcome="cancelled"), 1)
+                               spider="slow", outcome="cancelled", reason="cancel.json"), 1)
         self.assertEqual(value(self.scrape(a), "netweir_serve_jobs_ended_total", project="shop",
-                               spider="slow", outcome="cancelled"), 0)
+                               spider="slow", outcome="cancelled", reason="cancel.json"), 0)
         a.post("cancel.json", {"project": "shop", "job": blocker})
         a.wait_state(blocker, "finished")
         self.assertNotIn("Traceback", self.outputs())

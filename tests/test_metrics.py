@@ -68,14 +68,16 @@ class CollectorTests(unittest.TestCase):
 
     def test_counts_each_outcome_durations_waits_items_and_requests(self):
         self.events.publish(STARTED, job(state=RUNNING, created=100.0, start_time=103.0))
-        for n, outcome in enumerate(("finished", "failed", "cancelled", "lost")):
+        ends = (("finished", "exit 0"), ("failed", "exit 1"), ("cancelled", "timeout"),
+                ("lost", "lost"))
+        for n, (outcome, reason) in enumerate(ends):
             self.events.publish(ENDED, job(
-                id=f"j{n}", state=FINISHED, outcome=outcome, start_time=100.0,
+                id=f"j{n}", state=FINISHED, outcome=outcome, reason=reason, start_time=100.0,
                 end_time=100.0 + 10 ** n, stats={"items": 5, "fetched": 7, "failed": 1}))
         found = self.render()
-        for outcome in ("finished", "failed", "cancelled", "lost"):
+        for outcome, reason in ends:
             self.assertEqual(value(found, "netweir_serve_jobs_ended_total", project="shop",
-                                   spider="books", outcome=outcome), 1)
+                                   spider="books", outcome=outcome, reason=reason), 1)
         self.assertEqual(value(found, "netweir_serve_job_items_total", project="shop",
                                spider="books"), 20)
         self.assertEqual(value(found, "netweir_serve_job_requests_total", project="shop",
@@ -180,6 +182,25 @@ class CollectorTests(unittest.TestCase):
         self.assertNotIn("secret-id", text)
 
 
+class DeadlineCountTests(unittest.TestCase):
+    def test_the_deadlines_that_fired_by_kind(self):
+        fired = {"timeout": 0, "stall": 0, "expire": 0}
+        metrics = ServiceMetrics(FakeStore(), lambda: 1, 1, deadlines=fired)
+        registry = metrics_registry(metrics)
+        fired.update(timeout=2, expire=1)
+        metrics.refresh()
+        found = samples(generate_latest(registry).decode())
+        counted = {kind: value(found, "netweir_serve_deadlines_total", kind=kind)
+                   for kind in fired}
+        self.assertEqual(counted, {"timeout": 2, "stall": 0, "expire": 1})
+        # Without a deadline watch (as the tests' own collectors), none.
+        bare = ServiceMetrics(FakeStore(), lambda: 1, 1)
+        bare.refresh()
+        self.assertNotIn("netweir_serve_deadlines_total",
+                         {name for name, _ in samples(generate_latest(
+                             metrics_registry(bare)).decode())})
+
+
 class LiveMetricsTests(CrawlTestCase):
     def scrape(self, daemon):
         status, headers, body = daemon.call("GET", "/metrics")
@@ -208,10 +229,12 @@ class LiveMetricsTests(CrawlTestCase):
         daemon.post("cancel.json", {"project": "shop", "job": slow})
         daemon.wait_state(slow, "finished")
         after = self.scrape(daemon)
-        for spider, outcome in (("books", "finished"), ("failing", "failed"),
-                                ("slow", "cancelled")):
+        for spider, outcome, reason in (("books", "finished", "exit 0"),
+                                        ("failing", "failed", "exit 1"),
+                                        ("slow", "cancelled", "cancel.json")):
             self.assertEqual(value(after, "netweir_serve_jobs_ended_total", project="shop",
-                                   spider=spider, outcome=outcome), 1, (spider, outcome))
+                                   spider=spider, outcome=outcome, reason=reason), 1,
+                             (spider, outcome))
             self.assertEqual(value(after, "netweir_serve_job_duration_seconds_count",
                                    project="shop", spider=spider), 1)
         self.assertEqual(value(after, "netweir_serve_job_items_total", project="shop",

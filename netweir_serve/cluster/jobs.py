@@ -14,6 +14,11 @@ read once more. This node's own jobs are told by its own events, except an
 end recorded elsewhere (this node was declared dead meanwhile), which its
 launcher never tells. A CHANGED notice (the LISTEN connection is back:
 anything may have changed unheard) calls ``resync()``.
+
+The notices of the kinds in ``always`` (job event kinds) are read and
+published even while nobody watches: the deadline watch must hear of the
+pending jobs other nodes queue, to expire them (reliability/deadlines.py);
+one read per queued job per node.
 """
 
 from twisted.internet import defer
@@ -45,14 +50,16 @@ class _Reading:
 class ClusterJobs:
     """Publishes on ``events`` (JobEvents) what the other nodes sharing
     ``store`` (IClusterStore's ``on_notice``, IJobStore's ``get``) do to
-    jobs; ``node`` is this node's name."""
+    jobs; ``node`` is this node's name; ``always``, the event kinds read
+    whether or not ``wanted()``."""
 
-    def __init__(self, store, events, node, wanted, resync):
+    def __init__(self, store, events, node, wanted, resync, always=()):
         self._store = store
         self._events = events
         self._node = node
         self._wanted = wanted
         self._resync = resync
+        self._always = frozenset(always)
         self._reads = {}          # folded job id: _Reading
 
     def start(self):
@@ -66,16 +73,21 @@ class ClusterJobs:
         if reading is not None:
             reading.overtaken = reading.again = True
 
+    def _wants(self, kind):
+        return kind in self._always or self._wanted()
+
     def heard(self, notice):
         """A change another node made (a notices.StoreNotice)."""
-        if not self._wanted():
-            return
         if notice.kind == notices.CHANGED:
-            self._resync()
+            if self._always or self._wanted():
+                self._resync()
         elif notice.kind in EVENT_OF_NOTICE and notice.jobid:
+            kind = EVENT_OF_NOTICE[notice.kind]
+            if not self._wants(kind):
+                return
             if notice.node == self._node and notice.kind != notices.ENDED:
                 return
-            self._read(notice.jobid, EVENT_OF_NOTICE[notice.kind])
+            self._read(notice.jobid, kind)
 
     def _read(self, jobid, kind):
         key = fold(jobid)
@@ -91,7 +103,7 @@ class ClusterJobs:
         read.addBoth(self._read_over, key, jobid, reading)
 
     def _read_done(self, record, reading):
-        if record is None or reading.overtaken or not self._wanted():
+        if record is None or reading.overtaken or not self._wants(reading.kind):
             return
         # The record says where the job is now; the notices, while it runs,
         # whether it has just started.
@@ -115,5 +127,5 @@ class ClusterJobs:
     def _read_over(self, _, key, jobid, reading):
         if self._reads.get(key) is reading:
             del self._reads[key]
-        if reading.again and self._wanted():
+        if reading.again and self._wants(reading.kind):
             self._read(jobid, reading.kind)

@@ -25,6 +25,12 @@ class IScheduler(Interface):
         already asked). Fires with its previous state ('pending',
         'running'), or None when it is unknown or already finished."""
 
+    def expire(jobid):
+        """Drops a pending job at its expiry, if it is still pending (the
+        store's guarded cancel_pending, reason ``expired``), and publishes
+        "ended". Fires with the ended record, or None when it was no
+        longer pending (claimed, or dropped by another node)."""
+
 
 class IPoller(Interface):
     """Hands pending jobs to the launcher while it has room."""
@@ -61,6 +67,10 @@ class ILauncher(Interface):
 
     def running_stats(jobid):
         """The latest stats read from a running job's stats file, or None."""
+
+    def log_size(jobid):
+        """The size of a running job's log now, or None (not running here,
+        or no log yet): how the stall watch sees a crawl that logs."""
 
     def running_count():
         """How many jobs run here now."""

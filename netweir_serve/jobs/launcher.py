@@ -389,6 +389,15 @@ class Launcher:
         job = self._running.get(fold(jobid))
         return job.stats if job else None
 
+    def log_size(self, jobid):
+        job = self._running.get(fold(jobid))
+        if job is None:
+            return None
+        try:
+            return os.stat(job.files.log).st_size
+        except OSError:
+            return None
+
     def _process_ended(self, jobid, parent_status):
         """The job's parent has ended: ``parent_status`` is its own exit
         status when it was this service's child (None for an adopted job).

@@ -28,6 +28,7 @@ from zope.interface import implementer
 
 from .. import _proctree
 from ..reliability import cgroupfs
+from ..reliability.deadlines import timed_settings
 from . import datapaths
 
 # What the job's environment must never see: the service's credentials.
@@ -67,9 +68,10 @@ def private_arguments(record, data_dir):
     """The crawl's ``--set`` and ``-a`` arguments for ``record``: they go in
     the private file, never on a command line. Path settings are resolved
     in ``data_dir`` again here: the directory may have changed since the
-    job was checked (a symlink put there meanwhile)."""
+    job was checked (a symlink put there meanwhile). A job with a timeout
+    gets Netweir's own max_time short of it (reliability.deadlines)."""
     argv = []
-    for key, value in record.settings:
+    for key, value in timed_settings(record.settings, record.policy):
         if key in datapaths.PATH_SETTINGS:
             try:
                 value = datapaths.prepare(data_dir, key, value)

@@ -6,7 +6,7 @@ from zope.interface import implementer
 from ..names import new_job_id
 from .events import ENDED, QUEUED
 from .interfaces import IScheduler
-from ..store.records import PENDING, RUNNING, JobRecord
+from ..store.records import EXPIRED, PENDING, RUNNING, JobRecord
 
 
 @implementer(IScheduler)
@@ -59,3 +59,8 @@ class Scheduler:
             yield self._store.mark_cancel_requested(
                 record.id, kill=now or record.cancel_requested)
         return RUNNING
+
+    def expire(self, jobid):
+        ended = self._store.cancel_pending(jobid, self._clock.seconds(), reason=EXPIRED)
+        return ended.addCallback(lambda record: None if record is None
+                                 else self._published(record, ENDED))

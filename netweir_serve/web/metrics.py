@@ -14,8 +14,9 @@ process did, so that with several nodes sharing a job table the sum over
 the nodes is the cluster's, each job counted by one node. The jobs in each
 state, and a shared table's nodes, come from the table (the same on every
 node), read again only when its version has moved on. No label carries a
-job id: labels are project, spider, state, outcome, result and node, all
-of them few.
+job id: labels are project, spider, state, outcome, reason, result, kind
+and node, all of them few (a reason is a code: ``exit N`` takes the
+crawl's few exit statuses).
 """
 
 from collections import defaultdict
@@ -95,10 +96,12 @@ class ServiceMetrics:
     for a shared table, IClusterStore.nodes (or None); ``listing_builds``
     (watching.builds.ListingBuilds) counts the listings built from the
     table, this collector's own reads included; ``reactor_lag``, a
-    Histogram with no labels that watching.lag.ReactorLag fills."""
+    Histogram with no labels that watching.lag.ReactorLag fills;
+    ``deadlines``, {kind: n} of the deadlines that fired (the deadline
+    watch's ``fired``, which it keeps current)."""
 
     def __init__(self, store, slots_free, max_jobs, streams=None, nodes=None,
-                 listing_builds=None, reactor_lag=None):
+                 listing_builds=None, reactor_lag=None, deadlines=None):
         self._store = store
         self._listing_builds = listing_builds if listing_builds is not None else ListingBuilds()
         self._built = self._listing_builds.counter("/metrics")
@@ -107,12 +110,13 @@ class ServiceMetrics:
         self._max_jobs = max_jobs
         self._streams = streams
         self._nodes = nodes
+        self._deadlines = deadlines
         # watching.lag.ReactorLag.take_largest, once the service has one.
         self.largest_lag = None
         self._by_state = {}
         self._node_up = {}
         self._version = None
-        self.ended = defaultdict(int)            # (project, spider, outcome)
+        self.ended = defaultdict(int)            # (project, spider, outcome, reason)
         self.items = defaultdict(int)            # (project, spider)
         self.requests = defaultdict(int)         # (project, spider, result)
         self.duration = Histogram()              # (project, spider)
@@ -139,7 +143,7 @@ class ServiceMetrics:
                                         max(0.0, record.start_time - record.created))
             return
         key = (record.project, record.spider)
-        self.ended[key + (record.outcome or "unknown",)] += 1
+        self.ended[key + (record.outcome or "unknown", record.reason or "")] += 1
         if record.start_time is not None and record.end_time is not None:
             self.duration.observe(key, max(0.0, record.end_time - record.start_time))
         stats = record.stats or {}
@@ -213,7 +217,13 @@ class ServiceMetrics:
             yield GaugeMetricFamily(f"{p}_event_streams", "Open /events streams",
                                     value=self._streams())
         yield self._counter(f"{p}_jobs_ended", "Jobs ended since the service started, by"
-                            " outcome", ["project", "spider", "outcome"], self.ended)
+                            " outcome and reason", ["project", "spider", "outcome", "reason"],
+                            self.ended)
+        if self._deadlines is not None:
+            yield self._counter(f"{p}_deadlines", "Deadlines that fired since the service"
+                                " started: jobs cancelled at their timeout or stall, pending"
+                                " jobs dropped at their expiry", ["kind"],
+                                {(kind,): n for kind, n in self._deadlines.items()})
         yield self.duration.family(f"{p}_job_duration_seconds", "Time from a job's start to"
                                    " its end", ["project", "spider"])
         yield self.queue_wait.family(f"{p}_job_queue_wait_seconds", "Time a job waited in"

@@ -1,0 +1,376 @@
+"""Deadlines: a running job's ``timeout`` and ``stall`` watch, and a pending
+job's ``expire``, on one timer.
+
+How it works. Every deadline of every job this node watches is an entry
+in one heap, ordered by when it falls due on the reactor's clock (which
+the entry points make monotonic, clocks.py), and the watch keeps exactly
+one DelayedCall, at the earliest entry: adding a job whose deadline comes
+first moves the call earlier, and ending the job of the earliest moves it
+to the next. A heap entry is never searched for and removed: a job that
+ends or moves on leaves its entries behind as stale (the watch's own
+table says which entry is live), dropped when they reach the top, and the
+heap is rebuilt from the live entries once the stale ones outnumber them.
+
+- ``timeout``: due at the job's start time in the table plus the
+  timeout. The table's times are wall time (the ``wall`` clock), so each
+  is turned into the reactor's time once, when the job is watched: a step
+  of the machine's clock afterwards moves no deadline. An adopted job
+  (jobs/adoption.py) keeps its deadline, counted from the start time the
+  table kept (one already past fires at once). When it falls due, the job
+  is cancelled as cancel.json cancels it (``Launcher.cancel``: SIGTERM,
+  items closed, checkpoint, the grace before the kill) with reason
+  ``timeout``. The crawl is also given Netweir's own ``max_time`` at
+  MAX_TIME_SHARE of the timeout (``timed_settings``), unless the job sets
+  one, so a crawl that can stop itself does so first and ends
+  ``finished`` (``finish_reason`` ``max_time``).
+- ``stall``: progress is a change of the crawl's counters of pages, items
+  and errors (PROGRESS_STATS) or a longer log. The launcher already reads
+  each running job's stats file every second and tells of each new one
+  with a "changed" event (the crawl rewrites it every 5 s); this watch
+  compares the numbers then, and looks at the log's size (one ``stat``),
+  so a stall is seen at the 5 s grain of the stats file. Its entry is not
+  moved at each progress (that would be a heap entry per job every 5 s):
+  when it falls due, the watch looks once more, and if there was progress
+  since it was set, it is set again at the last progress plus the stall.
+  Otherwise the job is cancelled with reason ``stalled``. The stall
+  counts from the job's start here, and for an adopted job from its
+  adoption: what it did while no service watched is not known.
+- ``expire``: due at the job's ``created`` time plus the expiry. It is
+  dropped, never started (``expire_pending``, the scheduler's guarded
+  ``IJobStore.cancel_pending``: only if it is still pending, so a claim
+  that came first wins) and ends ``cancelled`` with reason ``expired``.
+  On a shared table every node watches the pending jobs of the projects
+  it serves, however queued (the other nodes' queued jobs come as job
+  events marked elsewhere, and all of them are read from the table at
+  start and when the LISTEN connection comes back), and the guarded write
+  makes one of them drop the job: the others find it no longer pending
+  and do nothing. A node's timeout and stall watch only the jobs it runs.
+
+Times are counted in ``fired`` ({kind: n}) for /metrics.
+"""
+
+import heapq
+import itertools
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..names import fold, setting_name
+from ..store.records import EXPIRED, PENDING, STALLED, TIMEOUT, StoreError
+from .policy import JobPolicy, format_duration
+
+# The kinds of deadline, as /metrics names them.
+TIMEOUT_KIND, STALL_KIND, EXPIRE_KIND = "timeout", "stall", "expire"
+KINDS = (TIMEOUT_KIND, STALL_KIND, EXPIRE_KIND)
+
+# Netweir's max_time, as a share of a job's timeout: the crawl stops itself
+# (finish_reason max_time, outcome finished) before the service must.
+MAX_TIME_SHARE = 0.95
+
+# The stats whose change is progress: pages fetched (or served without a
+# fetch), items, and errors (requests failed, exceptions in callbacks).
+PROGRESS_STATS = ("fetched", "pages_served", "items", "failed", "callback_errors")
+
+# Seconds before an expiry the table could not write is tried again.
+EXPIRE_RETRY_SECONDS = 5.0
+
+
+def max_time_setting(timeout):
+    """Netweir's ``max_time`` (seconds, a float's text) for ``timeout``."""
+    return f"{timeout * MAX_TIME_SHARE:g}"
+
+
+def timed_settings(settings, policy):
+    """The job's ``settings`` ((key, value) pairs) with Netweir's
+    ``max_time`` at MAX_TIME_SHARE of ``policy``'s timeout (a JobPolicy's
+    JSON, as a record keeps it) added, unless the job sets one itself."""
+    timeout = (policy or {}).get("timeout")
+    if timeout is None or any(setting_name(key) == "max_time" for key, _ in settings):
+        return tuple(settings)
+    return tuple(settings) + (("max_time", max_time_setting(timeout)),)
+
+
+def progress_of(stats):
+    """What of ``stats`` (a crawl's, or None) is progress."""
+    if not stats:
+        return None
+    return tuple(stats.get(name) for name in PROGRESS_STATS)
+
+
+class _Watch:
+    """One deadline of one job: ``at``, on the reactor's clock."""
+
+    __slots__ = ("kind", "key", "jobid", "at", "seconds", "progress", "log_size",
+                 "last_progress")
+
+    def __init__(self, kind, jobid, at, seconds):
+        self.kind = kind
+        self.key = fold(jobid)
+        self.jobid = jobid
+        self.at = at
+        self.seconds = seconds
+        # For a stall: what was last seen, and when it last changed.
+        self.progress = None
+        self.log_size = None
+        self.last_progress = None
+
+
+class Deadlines:
+    """The deadline watch of one node.
+
+    ``reactor`` times the deadlines (``callLater``, ``seconds``: monotonic
+    in the service); ``wall`` gives the time of day the table's times are
+    in. ``launcher`` (ILauncher) cancels a running job (``cancel(jobid,
+    reason=)``) and tells its last stats (``running_stats``) and the size
+    of its log (``log_size``); ``expire_pending(jobid)`` drops a pending
+    job if it still is (IScheduler.expire: a Deferred of the ended record,
+    or None); ``serves(project)`` says whether this node serves a project
+    (whose pending jobs it expires); ``store`` (IJobStore), when given, is
+    read for the pending jobs at ``start`` and ``resync``.
+
+    Hear the job events through ``queued``, ``started``, ``changed``,
+    ``ended`` (this node's jobs) and ``elsewhere`` (another node's).
+    """
+
+    log = Logger()
+
+    def __init__(self, reactor, wall, launcher, expire_pending, serves, store=None):
+        self._reactor = reactor
+        self._wall = wall
+        self._launcher = launcher
+        self._expire_pending = expire_pending
+        self._serves = serves
+        self._store = store
+        self._watches = {}        # (kind, folded job id): _Watch
+        self._heap = []           # (at, seq, _Watch), stale ones included
+        self._seq = itertools.count()
+        self._call = None
+        self._firing = False
+        self._stopped = False
+        self.fired = dict.fromkeys(KINDS, 0)
+
+    # -- hearing ---------------------------------------------------------------
+
+    def queued(self, record):
+        """A job was queued (here, or elsewhere) or found pending."""
+        if record.state != PENDING or not self._serves(record.project):
+            return
+        expire = JobPolicy.from_json(record.policy).expire
+        if expire is not None:
+            self._watch(EXPIRE_KIND, record.id, self._due(record.created + expire), expire)
+
+    def started(self, record):
+        """A job started here, or was adopted: its running deadlines are
+        set (none while a cancel is under way: its grace and kill stand)."""
+        self._unwatch(EXPIRE_KIND, record.id)
+        if record.cancel_requested:
+            self.ended(record)
+            return
+        policy = JobPolicy.from_json(record.policy)
+        if policy.timeout is not None and record.start_time is not None:
+            self._watch(TIMEOUT_KIND, record.id, self._due(record.start_time + policy.timeout),
+                        policy.timeout)
+        if policy.stall is not None:
+            now = self._reactor.seconds()
+            watch = self._watch(STALL_KIND, record.id, now + policy.stall, policy.stall)
+            self._look(watch, now)
+            watch.last_progress = now
+
+    def changed(self, record):
+        """A running job of this node changed: new stats (progress, maybe),
+        or a cancel asked (its deadlines are over)."""
+        if record.cancel_requested:
+            self._unwatch(TIMEOUT_KIND, record.id)
+            self._unwatch(STALL_KIND, record.id)
+            return
+        watch = self._watches.get((STALL_KIND, fold(record.id)))
+        if watch is not None:
+            self._look(watch, self._reactor.seconds())
+
+    def ended(self, record):
+        """A job ended, whichever way: nothing of it is watched any more."""
+        for kind in KINDS:
+            self._unwatch(kind, record.id)
+
+    def elsewhere(self, record):
+        """Another node queued, started or ended a job (this node's events
+        may come here too): only its expiry is this node's business."""
+        if record.state == PENDING:
+            self.queued(record)
+        else:
+            self._unwatch(EXPIRE_KIND, record.id)
+
+    # -- starting and stopping ---------------------------------------------------
+
+    def start(self):
+        """Watches the pending jobs the table holds (queued before this
+        start, or by other nodes). Fires when they are read, and those
+        already past their expiry (the service was down) are being
+        dropped: call it before the poller starts, so that their drops
+        are asked before any claim. A failure to read them is logged."""
+        self._stopped = False
+        return self.resync().addCallback(lambda _: self._fire_due())
+
+    def _fire_due(self):
+        if self._heap and self._heap[0][0] <= self._reactor.seconds():
+            if self._call is not None and self._call.active():
+                self._call.cancel()
+            self._fire()
+
+    def resync(self):
+        """Reads the pending jobs again: changes may have gone unheard."""
+        if self._store is None:
+            return defer.succeed(None)
+        read = defer.maybeDeferred(self._store.jobs)
+        read.addCallback(lambda lists: [self.queued(r) for r in lists[0]])
+        read.addErrback(lambda f: self.log.failure(
+            "could not read the pending jobs to watch their expiry", f))
+        return read.addCallback(lambda _: None)
+
+    def stop(self):
+        self._stopped = True
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+    def watching(self):
+        """How many deadlines are watched."""
+        return len(self._watches)
+
+    def due_at(self, kind, jobid):
+        """When the ``kind`` deadline of ``jobid`` falls due on the
+        reactor's clock, or None."""
+        watch = self._watches.get((kind, fold(jobid)))
+        return None if watch is None else watch.at
+
+    # -- the heap and its one timer --------------------------------------------------
+
+    def _due(self, wall_time):
+        # The table's time of day, on the reactor's clock, once.
+        return self._reactor.seconds() + (wall_time - self._wall.seconds())
+
+    def _watch(self, kind, jobid, at, seconds):
+        watch = self._watches.get((kind, fold(jobid)))
+        if watch is not None and watch.at == at and kind != STALL_KIND:
+            return watch  # heard twice (a local event is heard elsewhere too)
+        watch = _Watch(kind, jobid, at, seconds)
+        self._watches[(kind, watch.key)] = watch
+        self._push(watch)
+        return watch
+
+    def _push(self, watch):
+        heapq.heappush(self._heap, (watch.at, next(self._seq), watch))
+        if len(self._heap) > 2 * len(self._watches) + 64:
+            self._heap = [(w.at, next(self._seq), w) for w in self._watches.values()]
+            heapq.heapify(self._heap)
+        self._arm()
+
+    def _unwatch(self, kind, jobid):
+        if self._watches.pop((kind, fold(jobid)), None) is not None:
+            self._arm()
+
+    def _live(self, entry):
+        at, _, watch = entry
+        return self._watches.get((watch.kind, watch.key)) is watch and watch.at == at
+
+    def _arm(self):
+        """The one DelayedCall, at the earliest live deadline (or none)."""
+        if self._firing:
+            return  # _fire arms once it is done
+        heap = self._heap
+        while heap and not self._live(heap[0]):
+            heapq.heappop(heap)
+        if not heap or self._stopped:
+            if self._call is not None and self._call.active():
+                self._call.cancel()
+            self._call = None
+            return
+        at = heap[0][0]
+        if self._call is not None and self._call.active():
+            if self._call.getTime() != at:
+                self._call.reset(max(0.0, at - self._reactor.seconds()))
+            return
+        self._call = self._reactor.callLater(max(0.0, at - self._reactor.seconds()), self._fire)
+
+    def _fire(self):
+        self._call = None
+        now = self._reactor.seconds()
+        due = []
+        while self._heap and self._heap[0][0] <= now:
+            entry = heapq.heappop(self._heap)
+            if self._live(entry):
+                due.append(entry[2])
+        self._firing = True
+        try:
+            for watch in due:
+                try:
+                    self._fell_due(watch, now)
+                except Exception:
+                    self.log.failure("job {jobid}: its {kind} deadline failed",
+                                     jobid=watch.jobid, kind=watch.kind)
+        finally:
+            self._firing = False
+        self._arm()
+
+    def _fell_due(self, watch, now):
+        if watch.kind == STALL_KIND:
+            self._look(watch, now)
+            again = watch.last_progress + watch.seconds
+            if again > now:
+                # Progress since it was set: set again from the last.
+                watch.at = again
+                self._push(watch)
+                return
+        del self._watches[(watch.kind, watch.key)]
+        if watch.kind == EXPIRE_KIND:
+            self._expire(watch)
+        else:
+            self._cancel(watch)
+
+    # -- what a deadline does ----------------------------------------------------------
+
+    def _look(self, watch, now):
+        """Notes progress of a stall-watched job: new counters, a longer log."""
+        progress = progress_of(self._launcher.running_stats(watch.jobid))
+        size = self._launcher.log_size(watch.jobid)
+        if watch.last_progress is None or progress != watch.progress \
+                or (size is not None and size != watch.log_size):
+            watch.progress, watch.log_size, watch.last_progress = progress, size, now
+
+    def _cancel(self, watch):
+        reason = TIMEOUT if watch.kind == TIMEOUT_KIND else STALLED
+        if watch.kind == TIMEOUT_KIND:
+            self.log.warn("job {jobid}: still running at its timeout ({seconds}); cancelling"
+                          " it", jobid=watch.jobid, seconds=format_duration(watch.seconds))
+        else:
+            self.log.warn("job {jobid}: no new page, item or error and no new log line for"
+                          " {seconds} (its stall); cancelling it", jobid=watch.jobid,
+                          seconds=format_duration(watch.seconds))
+        # Its other deadline goes with the cancel's "changed" event.
+        if self._launcher.cancel(watch.jobid, reason=reason):
+            self.fired[watch.kind] += 1
+
+    def _expire(self, watch):
+        dropped = defer.maybeDeferred(self._expire_pending, watch.jobid)
+        dropped.addCallback(self._expired, watch)
+        dropped.addErrback(self._not_expired, watch)
+
+    def _expired(self, record, watch):
+        if record is None:
+            return  # claimed first, or dropped by another node
+        self.fired[EXPIRE_KIND] += 1
+        self.log.warn("job {jobid}: still pending at its expiry ({seconds} after it was"
+                      " queued); dropped, never started", jobid=watch.jobid,
+                      seconds=format_duration(watch.seconds))
+
+    def _not_expired(self, failure, watch):
+        if failure.check(StoreError):
+            self.log.warn("job {jobid}: could not drop it at its expiry: {why}; trying again"
+                          " in {s:g} s", jobid=watch.jobid, why=failure.value.message,
+                          s=EXPIRE_RETRY_SECONDS)
+            if not self._stopped and (EXPIRE_KIND, watch.key) not in self._watches:
+                self._watch(EXPIRE_KIND, watch.jobid,
+                            self._reactor.seconds() + EXPIRE_RETRY_SECONDS, watch.seconds)
+            return
+        self.log.failure("job {jobid}: could not drop it at its expiry", failure,
+                         jobid=watch.jobid)
