@@ -5,7 +5,7 @@ from twisted.internet import defer
 from ..jobs.history import read_history
 from ..store.runpolicy import RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject
-from ..names import fold
+from ..names import fold, job_id_problem
 from ..watching.builds import ListingBuilds
 from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
@@ -151,7 +151,8 @@ class Schedule(ApiEndpoint):
         job = JobRequest(
             project=project.name,
             spider=params.name("spider"),
-            jobid=params.name("jobid", "job id", required=False),
+            # A job id leaves room for its retries' ids (JOBID.r1...).
+            jobid=params.name("jobid", "job id", required=False, rule=job_id_problem),
             priority=params.priority(),
             settings=tuple(params.settings()),
             # A spider argument never starts with "_": those are the job's
