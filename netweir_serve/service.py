@@ -45,7 +45,7 @@ from .web.metrics import Metrics, ServiceMetrics
 from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
-from .web.views import job_entry
+from .web.views import format_time, job_entry
 
 log = Logger()
 
@@ -411,7 +411,8 @@ def _watching(config, reactor, store, core, wall):
                              listing_builds=listing_builds)
     metrics.subscribe(core.events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
-             secret=config.notify_secret, timeout=config.notify_timeout).subscribe(core.events)
+             secret=config.notify_secret, timeout=config.notify_timeout,
+             show_time=format_time).subscribe(core.events)
     return _Watching(history, hub, metrics, listing_builds)
 
 
@@ -423,7 +424,7 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
               owners=Owners(store, config.node, reactor) if store.shared else None,
               listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
-                  reactor, reactor.getThreadPool(), f, *args))
+                  reactor, reactor.getThreadPool(), f, *args), wall=wall)
     pages = {**site_pages(api), b"events": Events(watching.hub),
              b"metrics": Metrics(watching.metrics)}
     return Root(api, config.directory, pages=pages, listers=listers(config.projects),
