@@ -843,6 +843,18 @@ class JobStoreContract:
         self.assertEqual(ids(pending), ["once.r1"])
 
     @defer.inlineCallbacks
+    def test_a_retry_whose_id_is_taken_leaves_the_end_recorded(self):
+        # A user named a job as the retry would be named.
+        yield self.store.add(JobRecord(id="X.R1", project="news", spider="other",
+                                       spider_file="/p/o.py"))
+        yield self.store.add(self.retrying("x"))
+        ended = yield self.run_and_end("x", 10.0)
+        self.assertEqual((ended.state, ended.outcome), ("finished", "failed"))
+        self.assertIsNone(ended.retry)
+        self.assertEqual((yield self.store.get("x")).outcome, "failed")
+        self.assertEqual((yield self.store.get("x.r1")).project, "news")
+
+    @defer.inlineCallbacks
     def test_a_waiting_retry_holds_back_neither_its_spider_nor_its_lock(self):
         yield self.store.add(self.retrying("r"))
         retry = (yield self.run_and_end("r", 10.0)).retry

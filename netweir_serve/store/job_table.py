@@ -54,8 +54,8 @@ _INSERT = (f"INSERT INTO jobs (key, project_key, {select_list(_NAMES.inserted)})
            f" VALUES (%(key)s, %(project_key)s,"
            f" {', '.join(f'%({c.name})s' for c in _NAMES.inserted)})")
 _ADD = f"{_INSERT} RETURNING seq"
-# A retry's id taken already (by a job a user named so before ids left
-# room for the suffix) must not undo the end it is written with.
+# A retry's id taken already (a job a user named JOBID.r1 with jobid=)
+# must not undo the end it is written with: that end queues no retry.
 _ADD_RETRY = f"{_INSERT} ON CONFLICT (key) DO NOTHING RETURNING seq"
 
 _CLAIM = (
