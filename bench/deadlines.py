@@ -1,6 +1,6 @@
 """The deadline watch at scale, on a Clock (``--only deadlines``): ours alone.
 
-netweir-serve's deadline watch (reliability/deadlines.py) with N running
+netweir-serve's deadline watch (jobs/deadlines.py) with N running
 jobs (1,000 in every mode but the tests'), each with a ``timeout`` (60 s
 to 10 min, seeded) and a ``stall`` of a minute. Half of them make progress
 until their timeout; the others stop making progress at a random moment,
@@ -26,7 +26,7 @@ import time
 
 from twisted.internet import task
 
-from netweir_serve.reliability.deadlines import STALL_KIND, TIMEOUT_KIND, Deadlines
+from netweir_serve.jobs.deadlines import STALL_KIND, TIMEOUT_KIND, Deadlines
 from netweir_serve.reliability.policy import JobPolicy
 from netweir_serve.store.records import RUNNING, STALLED, TIMEOUT, JobRecord
 

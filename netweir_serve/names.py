@@ -8,6 +8,11 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 # Long enough for any real name, short enough that a name is never a way to
 # make a path or a log line unreasonably long.
 MAX_NAME_LENGTH = 200
+# A retry of job JOBID is JOBID.r1, JOBID.r2... up to reliability.policy's
+# MAX_RETRIES (10): a job id leaves room for the longest suffix, so that
+# every retry's id passes the name rule too.
+_LONGEST_RETRY_SUFFIX = ".r10"
+MAX_JOB_ID_LENGTH = MAX_NAME_LENGTH - len(_LONGEST_RETRY_SUFFIX)
 
 
 def is_name(text):
@@ -32,6 +37,22 @@ def name_problem(what, text):
         f"{what} {text!r} is not a name: use letters, digits, '.', '_' and '-',"
         " starting with a letter or digit"
     )
+
+
+def job_id_problem(what, text):
+    """``name_problem`` for a job id, which must leave room for its
+    retries' suffix (``retry_id``)."""
+    problem = name_problem(what, text)
+    if problem is None and len(text) > MAX_JOB_ID_LENGTH:
+        problem = (f"{what} is longer than {MAX_JOB_ID_LENGTH} characters (a retry adds"
+                   f" .r1 to .r10 to it)")
+    return problem
+
+
+def retry_id(first, attempt):
+    """The id of attempt ``attempt`` (2 or more) of the job ``first`` (the
+    first attempt's id): ``first.r1`` for attempt 2, and so on."""
+    return f"{first}.r{attempt - 1}"
 
 
 def fold(name):

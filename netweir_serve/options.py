@@ -5,6 +5,7 @@ the other. Everything is checked here, before anything is written to disk.
 """
 
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 from twisted.python import usage
 
 from . import __version__
+from .jobs.outcomes import REASONS
 from .store.records import OUTCOMES
 from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_listener
 from .store import store_location
@@ -210,14 +212,23 @@ def parse_notify_url(text):
     return text
 
 
+# A reason of the crawl's own status: ``exit N``, ``signal N``.
+_STATUS_REASON = re.compile(r"(exit|signal) [0-9]{1,3}\Z")
+
+
 def parse_outcomes(text):
-    """--notify-on's comma-separated outcomes, checked."""
-    chosen = [word.strip().lower() for word in text.split(",") if word.strip()]
-    unknown = [word for word in chosen if word not in OUTCOMES]
+    """--notify-on's comma-separated outcomes and reasons (jobs.outcomes:
+    ``timeout``, ``memory``, ``exit 1``...), checked: the outcomes in
+    their order, then the reasons as given."""
+    chosen = [" ".join(word.split()).lower() for word in text.split(",") if word.strip()]
+    unknown = [word for word in chosen if word not in OUTCOMES and word not in REASONS
+               and not _STATUS_REASON.match(word)]
     if not chosen or unknown:
-        raise usage.UsageError(f"--notify-on takes outcomes among {', '.join(OUTCOMES)},"
-                               f" comma-separated, not {text!r}")
-    return tuple(o for o in OUTCOMES if o in chosen)
+        raise usage.UsageError(
+            f"--notify-on takes outcomes ({', '.join(OUTCOMES)}) and reasons"
+            f" ({', '.join(REASONS)}, exit N, signal N), comma-separated, not {text!r}")
+    return tuple(o for o in OUTCOMES if o in chosen) + tuple(
+        dict.fromkeys(word for word in chosen if word not in OUTCOMES))
 
 
 def unenforceable_rule(texts, groups):
@@ -323,7 +334,7 @@ class ServeOptions(usage.Options):
         self["notify"].append(parse_notify_url(url))
 
     def opt_notify_on(self, value):
-        """the outcomes --notify sends, comma-separated (default: finished,failed,cancelled,lost)"""  # noqa: E501
+        """the outcomes and reasons --notify sends, comma-separated (default: finished,failed,cancelled,lost; reasons such as timeout, memory, exit 1)"""  # noqa: E501
         self["notify-on"] = parse_outcomes(value)
 
     def opt_policy(self, rule):

@@ -27,7 +27,7 @@ from .jobs.submit import JobSubmitter
 from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
 from .options import exposed_refusal
 from .reliability.cgroups import JobGroups
-from .reliability.deadlines import Deadlines
+from .jobs.deadlines import Deadlines
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .store import open_store
@@ -47,7 +47,7 @@ from .web.metrics import Metrics, ServiceMetrics
 from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
-from .web.views import job_entry
+from .web.views import format_time, job_entry
 
 log = Logger()
 
@@ -123,7 +123,7 @@ class ServeService(service.Service):
         self.membership = None
         # watching.lag.ReactorLag, set by makeService: runs while the service does.
         self.reactor_lag = None
-        # reliability.deadlines.Deadlines, set by makeService: watches while
+        # jobs.deadlines.Deadlines, set by makeService: watches while
         # the service runs.
         self.deadlines = None
         # The time of day (clocks.py); makeService sets the one it gave the parts.
@@ -430,7 +430,7 @@ def _watching(config, reactor, store, core, wall, deadlines):
     if store.shared:
         # The other nodes' jobs as job events too, read while /events is watched.
         # Queued jobs are read whoever watches: the deadline watch expires
-        # the pending jobs of every node (reliability/deadlines.py).
+        # the pending jobs of every node (jobs/deadlines.py).
         ClusterJobs(store, core.events, config.node, wanted=hub.streams,
                     resync=lambda: _resync(hub, deadlines), always=(QUEUED,)).start()
     listing_builds = ListingBuilds()
@@ -439,7 +439,8 @@ def _watching(config, reactor, store, core, wall, deadlines):
                              listing_builds=listing_builds, deadlines=deadlines.fired)
     metrics.subscribe(core.events)
     Notifier(reactor, config.notify, job_entry, config.node, outcomes=config.notify_on,
-             secret=config.notify_secret, timeout=config.notify_timeout).subscribe(core.events)
+             secret=config.notify_secret, timeout=config.notify_timeout,
+             show_time=format_time).subscribe(core.events)
     return _Watching(history, hub, metrics, listing_builds)
 
 
@@ -458,7 +459,7 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
               owners=Owners(store, config.node, reactor) if store.shared else None,
               listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
-                  reactor, reactor.getThreadPool(), f, *args))
+                  reactor, reactor.getThreadPool(), f, *args), wall=wall)
     pages = {**site_pages(api), b"events": Events(watching.hub),
              b"metrics": Metrics(watching.metrics)}
     return Root(api, config.directory, pages=pages, listers=listers(config.projects),

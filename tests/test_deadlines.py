@@ -1,4 +1,4 @@
-"""The deadline watch (reliability/deadlines.py) on a Clock: the real job
+"""The deadline watch (jobs/deadlines.py) on a Clock: the real job
 core (launcher, poller, scheduler, an SQLite store) with fake processes,
 and the watch wired to its events as makeService wires it."""
 
@@ -14,7 +14,7 @@ from netweir_serve.jobs.events import CHANGED, ENDED
 from netweir_serve.jobs.files import job_files
 from netweir_serve.jobs.process import CANCEL_SIGNAL, private_arguments
 from netweir_serve.projects import Project, ProjectTable
-from netweir_serve.reliability.deadlines import (
+from netweir_serve.jobs.deadlines import (
     EXPIRE_KIND, STALL_KIND, TIMEOUT_KIND, Deadlines, timed_settings)
 from netweir_serve.reliability.policy import JobPolicy
 from netweir_serve.service import _hear_deadlines

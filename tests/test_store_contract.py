@@ -693,6 +693,200 @@ class JobStoreContract:
                              ("finished", "lost", 9.0, {"of": jobid}))
         self.assertEqual((yield self.store.get("waiting")).state, "pending")
 
+    # -- retries ---------------------------------------------------------------
+
+    def retrying(self, jobid, policy=None, **fields):
+        """A job whose policy retries (twice by default, backoff 60 s)."""
+        policy = policy if policy is not None else {"retries": 2, "backoff": 60}
+        return JobRecord(id=jobid, project="shop", spider="books", spider_file="/p/books.py",
+                         settings=(("checkpoint", "/d/shop/ck"), ("max_items", "5")),
+                         arguments=(("category", "x"),), priority=1.5, created=1.0,
+                         policy=policy, locks=("path:shop:/d/shop/ck",), **fields)
+
+    @defer.inlineCallbacks
+    def run_and_end(self, jobid, now, outcome="failed", reason="exit 1", store=None):
+        """Claims ``jobid`` at ``now`` (it must be next), starts and ends it."""
+        store = store or self.store
+        claimed = yield store.claim_next(NODE_A, ["shop"], now)
+        self.assertEqual(claimed.id if claimed else None, jobid)
+        yield store.mark_started(jobid, 100)
+        ended = yield store.mark_finished(jobid, outcome, now + 10.0, exit_status=1,
+                                          reason=reason)
+        return ended
+
+    @defer.inlineCallbacks
+    def test_an_end_that_retries_writes_the_retry_with_it(self):
+        listener, heard = yield self.listener()
+        yield self.store.add(self.retrying("Nightly"))
+        version = self.store.version
+        ended = yield self.run_and_end("Nightly", 100.0)
+        self.assertNotEqual(self.store.version, version)
+        self.assertEqual((ended.outcome, ended.reason, ended.attempt), ("failed", "exit 1", 1))
+        retry = ended.retry
+        self.assertEqual((retry.id, retry.state, retry.attempt, retry.retry_of),
+                         ("Nightly.r1", "pending", 2, "Nightly"))
+        # The backoff from the end: 60 s plus at most 10 % of jitter.
+        self.assertTrue(170.0 <= retry.not_before <= 176.0, retry.not_before)
+        found = yield self.store.get("nightly.R1")
+        self.assertEqual(found, retry)
+        self.assertEqual((found.project, found.spider, found.spider_file, found.settings,
+                          found.arguments, found.priority, found.locks, found.policy,
+                          found.created, found.node, found.pid),
+                         ("shop", "books", "/p/books.py",
+                          (("checkpoint", "/d/shop/ck"), ("max_items", "5")),
+                          (("category", "x"),), 1.5, ("path:shop:/d/shop/ck",),
+                          {"retries": 2, "backoff": 60}, 110.0, None, None))
+        pending, _, finished = yield self.store.jobs()
+        self.assertEqual((ids(pending), ids(finished)), (["Nightly.r1"], ["Nightly"]))
+        if listener is not None:
+            arrived = yield until(lambda: (notices.QUEUED, "Nightly.r1") in
+                                  [(n.kind, n.jobid) for n in heard])
+            self.assertTrue(arrived, heard)
+
+    @defer.inlineCallbacks
+    def test_retries_wait_longer_each_time_and_stop_past_retries(self):
+        yield self.store.add(self.retrying("a"))
+        first = yield self.run_and_end("a", 100.0)
+        due = first.retry.not_before
+        # Not before its time: no claim, and the earliest due time is known.
+        self.assertIsNone((yield self.store.claim_next(NODE_A, ["shop"], due - 1)))
+        self.assertEqual((yield self.store.next_retry(["SHOP"], due - 1)), due)
+        self.assertIsNone((yield self.store.next_retry(["shop"], due)))
+        self.assertIsNone((yield self.store.next_retry(["news"], 0.0)))
+        second = yield self.run_and_end("a.r1", due)
+        retry = second.retry
+        self.assertEqual((second.attempt, second.retry_of), (2, "a"))
+        self.assertEqual((retry.id, retry.attempt, retry.retry_of), ("a.r2", 3, "a"))
+        # Twice the first wait, plus at most 10 %.
+        wait = retry.not_before - second.end_time
+        self.assertTrue(120.0 <= wait <= 132.0, wait)
+        third = yield self.run_and_end("a.r2", retry.not_before)
+        self.assertEqual(third.attempt, 3)
+        self.assertIsNone(third.retry, "retries=2: the third attempt is the last")
+        pending, _, finished = yield self.store.jobs()
+        self.assertEqual((pending, ids(finished)), ([], ["a", "a.r1", "a.r2"]))
+
+    @defer.inlineCallbacks
+    def test_the_jitter_stays_within_ten_percent_at_every_attempt(self):
+        # Waits of 1, 2, 4... s from backoff=1s, each with its jitter.
+        yield self.store.add(self.retrying("j", policy={"retries": 10, "backoff": 1}))
+        jobid, now = "j", 10.0
+        for attempt in range(1, 12):
+            ended = yield self.run_and_end(jobid, now)
+            if attempt == 11:
+                self.assertIsNone(ended.retry)
+                break
+            wait = ended.retry.not_before - ended.end_time
+            first = min(2 ** (attempt - 1), 3600)
+            self.assertTrue(first <= wait <= first * 1.1, (attempt, wait))
+            self.assertEqual(ended.retry.attempt, attempt + 1)
+            jobid, now = ended.retry.id, ended.retry.not_before
+        self.assertEqual(jobid, "j.r10")
+
+    @defer.inlineCallbacks
+    def test_what_a_policy_retries_and_what_it_does_not(self):
+        cases = [
+            # (policy, outcome, reason, retried)
+            ({"retries": 1}, "failed", "exit 1", True),
+            ({"retries": 1}, "lost", "lost", True),
+            ({"retries": 1}, "cancelled", "timeout", True),
+            ({"retries": 1}, "cancelled", "stalled", True),
+            ({"retries": 1}, "failed", "memory", True),
+            ({"retries": 1}, "finished", "exit 0", False),
+            ({"retries": 1}, "cancelled", "cancel.json", False),
+            ({"retries": 1}, "cancelled", "service stopped", False),
+            ({"retries": 1, "retry_on": ["timeout"]}, "failed", "exit 1", False),
+            ({"retries": 1, "retry_on": ["timeout"]}, "cancelled", "timeout", True),
+            ({"retries": 0}, "failed", "exit 1", False),
+            (None, "failed", "exit 1", False),
+        ]
+        for n, (policy, outcome, reason, retried) in enumerate(cases):
+            jobid = f"c{n}"
+            yield self.store.add(JobRecord(id=jobid, project="shop", spider=f"s{n}",
+                                           spider_file="/p/x.py", policy=policy))
+            ended = yield self.run_and_end(jobid, 10.0, outcome, reason)
+            self.assertEqual(ended.retry is not None, retried, (policy, outcome, reason))
+            found = yield self.store.get(f"{jobid}.r1")
+            self.assertEqual(found is not None, retried, (policy, outcome, reason))
+
+    @defer.inlineCallbacks
+    def test_a_users_cancel_never_retries_and_cancelling_a_pending_retry_ends_the_chain(
+            self):
+        yield self.store.add(self.retrying("u", policy={"retries": 3, "retry_on": ["failed"]}))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.mark_cancel_requested("u")
+        ended = yield self.store.mark_finished("u", "cancelled", 5.0, reason="cancel.json")
+        self.assertIsNone(ended.retry)
+        yield self.store.add(self.retrying("v"))
+        retry = (yield self.run_and_end("v", 10.0)).retry
+        cancelled = yield self.store.cancel_pending(retry.id, 30.0)
+        self.assertEqual((cancelled.outcome, cancelled.reason, cancelled.attempt),
+                         ("cancelled", "cancel.json", 2))
+        self.assertIsNone(cancelled.retry)
+        self.assertEqual((yield self.store.counts()),
+                         {"pending": 0, "running": 0, "finished": 3})
+
+    @defer.inlineCallbacks
+    def test_an_end_recorded_twice_queues_one_retry(self):
+        other = yield self.open(self.make_second_store)
+        yield self.store.add(self.retrying("once"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        # Two ends at once, through two stores (two nodes; or a node and
+        # the start that settles what it left): the first stands, alone.
+        ends = yield defer.gatherResults([
+            self.store.mark_finished("once", "failed", 5.0, exit_status=1, reason="exit 1"),
+            other.mark_finished("once", "lost", 6.0, reason="node lost")])
+        made = [e for e in ends if e is not None]
+        self.assertEqual(len(made), 1, ends)
+        self.assertEqual(made[0].retry.id, "once.r1")
+        pending, _, _ = yield self.store.jobs()
+        self.assertEqual(ids(pending), ["once.r1"])
+
+    @defer.inlineCallbacks
+    def test_a_retry_whose_id_is_taken_leaves_the_end_recorded(self):
+        # A user named a job as the retry would be named.
+        yield self.store.add(JobRecord(id="X.R1", project="news", spider="other",
+                                       spider_file="/p/o.py"))
+        yield self.store.add(self.retrying("x"))
+        ended = yield self.run_and_end("x", 10.0)
+        self.assertEqual((ended.state, ended.outcome), ("finished", "failed"))
+        self.assertIsNone(ended.retry)
+        self.assertEqual((yield self.store.get("x")).outcome, "failed")
+        self.assertEqual((yield self.store.get("x.r1")).project, "news")
+
+    @defer.inlineCallbacks
+    def test_a_waiting_retry_holds_back_neither_its_spider_nor_its_lock(self):
+        yield self.store.add(self.retrying("r"))
+        retry = (yield self.run_and_end("r", 10.0)).retry
+        # Queued after it: same spider, same checkpoint lock.
+        yield self.store.add(self.retrying("later"))
+        claimed = yield self.store.claim_next(NODE_A, ["shop"], retry.not_before - 5)
+        self.assertEqual(claimed.id, "later")
+        # Due, but "later" holds the checkpoint: it waits for that now.
+        self.assertIsNone((yield self.store.claim_next(NODE_A, ["shop"], retry.not_before)))
+        yield self.store.mark_finished("later", "finished", retry.not_before + 1)
+        claimed = yield self.store.claim_next(NODE_A, ["shop"], retry.not_before + 2)
+        self.assertEqual(claimed.id, "r.r1")
+
+    @defer.inlineCallbacks
+    def test_a_pending_retry_counts_as_its_schedules_run(self):
+        yield self.store.add(self.retrying("tick-1", schedule="tick"))
+        yield self.run_and_end("tick-1", 10.0)
+        self.assertEqual((yield self.store.schedule_jobs("tick")), (1, 0))
+        self.assertEqual((yield self.store.get("tick-1.r1")).schedule, "tick")
+
+    @defer.inlineCallbacks
+    def test_a_job_lost_at_recovery_gets_its_retry(self):
+        yield self.store.add(self.retrying("gone"))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.mark_started("gone", 5)
+        lost = yield self.store.recover(None, 50.0, lambda r: None)
+        self.assertEqual([(r.id, r.outcome, r.retry.id) for r in lost],
+                         [("gone", "lost", "gone.r1")])
+        self.assertTrue(110.0 <= lost[0].retry.not_before <= 116.0)
+        self.assertEqual((yield self.store.recover(None, 60.0, lambda r: None)), [])
+        self.assertEqual((yield self.store.counts())["pending"], 1)
+
     # -- the version -----------------------------------------------------------
 
     @defer.inlineCallbacks
@@ -840,7 +1034,8 @@ class JobStoreContract:
         return found
 
     # Methods that change no job and no schedule, and so tell nothing.
-    READS = ("get", "schedule_jobs", "running", "jobs", "counts", "tally", "get_schedule",
+    READS = ("get", "schedule_jobs", "running", "jobs", "counts", "tally", "next_retry",
+             "get_schedule",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 
     def test_every_method_is_known_as_a_change_or_not(self):

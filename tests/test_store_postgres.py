@@ -6,6 +6,7 @@ schema of its own."""
 
 import threading
 import time
+from dataclasses import replace
 
 from twisted.internet import defer, protocol, reactor
 from twisted.internet.task import deferLater
@@ -262,6 +263,26 @@ class NodeTests(StoreCase):
         previous = yield store.register_node("a", "http://a", timeout=30)
         self.assertIs(previous["dead"], True)
         self.assertIs((yield store.heartbeat("a")), True)
+
+
+    @defer.inlineCallbacks
+    def test_a_job_lost_with_its_node_gets_its_retry_once(self):
+        # Whichever node declares it dead writes the retry, in the same
+        # transaction as the loss (IClusterStore.declare_dead, mark_lost).
+        store, other = (yield self.open()), (yield self.open())
+        yield store.register_node("far", "http://far")
+        yield store.add(replace(job("far1"), policy={"retries": 1, "backoff": 30}))
+        yield store.claim_next("far", ["shop"], 1.0)
+        self.age("far")
+        lost = yield defer.gatherResults([store.declare_dead(30, end_time=40.0),
+                                          other.declare_dead(30, end_time=41.0)])
+        ended = [r for found in lost for records in found.values() for r in records]
+        self.assertEqual([(r.id, r.reason, r.retry.id, r.retry.attempt, r.retry.retry_of)
+                          for r in ended], [("far1", "node lost", "far1.r1", 2, "far1")])
+        self.assertTrue(70.0 <= ended[0].retry.not_before <= 74.0)
+        pending, _, _ = yield other.jobs()
+        self.assertEqual([r.id for r in pending], ["far1.r1"])
+        self.assertEqual((yield store.mark_lost("far", 50.0)), [])
 
 
 class MigrationTests(StoreCase):

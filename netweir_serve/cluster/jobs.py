@@ -17,7 +17,7 @@ anything may have changed unheard) calls ``resync()``.
 
 The notices of the kinds in ``always`` (job event kinds) are read and
 published even while nobody watches: the deadline watch must hear of the
-pending jobs other nodes queue, to expire them (reliability/deadlines.py);
+pending jobs other nodes queue, to expire them (jobs/deadlines.py);
 one read per queued job per node.
 """
 

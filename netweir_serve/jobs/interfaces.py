@@ -89,7 +89,8 @@ class ILauncher(Interface):
     def settled(record):
         """Announces ("ended") a job whose end this node recorded without
         watching it: at start (jobs.adoption), or as lost when this node
-        declared the node that ran it dead (cluster.membership)."""
+        declared the node that ran it dead (cluster.membership); and
+        ("queued") the retry its end queued, if any (``record.retry``)."""
 
     def running_ids():
         """The ids of the jobs running here."""

@@ -19,7 +19,7 @@ from .. import _proctree
 from ..names import fold, setting_name
 from ..reliability.cgroups import CgroupError
 from ..reliability.policy import JobPolicy
-from .events import CHANGED, ENDED, STARTED
+from .events import CHANGED, ENDED, QUEUED, STARTED
 from .outcomes import end_of
 from .files import files_of, read_exit_status, read_stats
 from .interfaces import ILauncher
@@ -204,10 +204,26 @@ class Launcher:
     def settled(self, record):
         """Announces the end of a job that ended while no service watched
         it, now recorded at start (jobs.adoption): metrics, notifications
-        and the poller hear of it as of any job's end. Its control group,
-        if its parent could not remove it, goes."""
+        and the poller hear of it as of any job's end, and of its retry.
+        Its control group, if its parent could not remove it, goes."""
         self._remove_group(record.id)
+        self._announce_end(record)
+
+    def _announce_end(self, record):
         self._events.publish(ENDED, record)
+        self._announce_retry(record)
+
+    def _announce_retry(self, record):
+        """The retry the end of ``record`` queued with it, if any, is a
+        queued job like any: "queued" (the poller arms its timer for it)."""
+        retry = record.retry
+        if retry is None:
+            return
+        self.log.info("job {jobid} ({outcome}, {reason}): retry {retry} queued, attempt"
+                      " {attempt}, due in {wait:.0f} s", jobid=record.id,
+                      outcome=record.outcome, reason=record.reason, retry=retry.id,
+                      attempt=retry.attempt, wait=retry.not_before - (record.end_time or 0))
+        self._events.publish(QUEUED, retry)
 
     def _started(self, record, job):
         if record is not None and record.state != FINISHED:
@@ -500,8 +516,10 @@ class Launcher:
                 return
         self.log.info("job {jobid}: its end is recorded now", jobid=record.id)
         # Its locks are free only now: the jobs that waited for them may
-        # start. Held, the end itself is told now, once.
+        # start. Held, the end itself is told now, once; its retry, made
+        # only now, either way.
         self._events.publish(ENDED if held else CHANGED, record)
+        self._announce_retry(record)
 
     def _ended(self, record, known):
         # The service hears of it before whoever waits for the job
@@ -509,8 +527,10 @@ class Launcher:
         waiters = self._ending.pop(fold(known.id))
         if record is None:
             self._end_stood(known)
+        elif record is _UNRECORDED:
+            self._events.publish(ENDED, known)
         elif record is not _HELD:
-            self._events.publish(ENDED, known if record is _UNRECORDED else record)
+            self._announce_end(record)
         for d in waiters:
             d.callback(None if record in (_UNRECORDED, _HELD) else record)
 

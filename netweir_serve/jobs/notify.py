@@ -5,7 +5,9 @@ The body is ``{"event": "job.ended", "node_name": ..., "text": ...,
 (finished), ``outcome`` and final ``stats``; ``text`` is one line for
 people ("job first (example/books) failed after 0:01:02: 20 items, 29
 pages"), which is what a Slack incoming webhook posts, so one can be given
-to --notify as it is. With a secret, each POST carries
+to --notify as it is. When the end queued a retry, the body has a
+top-level ``retry``: ``{"id": ..., "not_before": ...}`` (the time as
+``start_time`` is shown), and the text says so. With a secret, each POST carries
 ``X-Netweir-Signature: sha256=HEX``, the HMAC-SHA256 of the body's bytes
 under the secret, for the receiver to check the POST is the service's.
 
@@ -60,6 +62,8 @@ def summary(record):
         text += ": " + ", ".join(counts)
     if record.reason:
         text += f" ({record.reason})"
+    if record.retry is not None:
+        text += f"; retry {record.retry.id} (attempt {record.retry.attempt}) queued"
     return text
 
 
@@ -92,20 +96,24 @@ class RefusedAnswer(Exception):
 
 
 class Notifier:
-    """Posts each ended job whose outcome is in ``outcomes`` to ``urls``.
+    """Posts each ended job whose outcome or reason is in ``outcomes`` (a
+    list of both, as --notify-on gives it) to ``urls``.
 
     ``reactor`` provides IReactorTime and IReactorTCP (IReactorSSL for
     https); ``describe(record)`` gives a job's entry (web.views'
-    job_entry); ``node`` is the node_name of the body; ``secret`` (a
+    job_entry); ``show_time(seconds)`` a time as the entry shows its times
+    (web.views' format_time); ``node`` is the node_name of the body; ``secret`` (a
     string, or None) signs it. ``agent`` is for tests."""
 
     log = Logger()
 
     def __init__(self, reactor, urls, describe, node, outcomes=OUTCOMES, secret=None,
-                 timeout=TIMEOUT_SECONDS, retry_delays=RETRY_DELAYS, agent=None):
+                 timeout=TIMEOUT_SECONDS, retry_delays=RETRY_DELAYS, agent=None,
+                 show_time=str):
         self._reactor = reactor
         self._urls = tuple(urls)
         self._describe = describe
+        self._show_time = show_time
         self._node = node
         self._outcomes = frozenset(outcomes)
         self._secret = secret
@@ -129,7 +137,7 @@ class Notifier:
         return lambda: None
 
     def job_heard(self, kind, record):
-        if record.outcome not in self._outcomes:
+        if record.outcome not in self._outcomes and record.reason not in self._outcomes:
             return
         body = self.body(record)
         for url in self._urls:
@@ -143,9 +151,13 @@ class Notifier:
             entry["reason"] = record.reason
         if record.detail:
             entry["detail"] = record.detail
-        return json.dumps({"event": "job.ended", "node_name": self._node,
-                           "text": summary(record), "job": entry},
-                          separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        body = {"event": "job.ended", "node_name": self._node, "text": summary(record),
+                "job": entry}
+        if record.retry is not None:
+            # The retry its end queued (store.retrying): where to look next.
+            body["retry"] = {"id": record.retry.id,
+                             "not_before": self._show_time(record.retry.not_before)}
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def headers(self, body):
         headers = Headers({b"content-type": [b"application/json"],

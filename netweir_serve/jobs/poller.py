@@ -36,7 +36,15 @@ class Poller:
     failed claim wrote (each claim's own: its token) is kept for a while,
     and each round first looks for a job running on this node, with no
     pid, claimed at such a time and unknown to the launcher: that claim was
-    made, and the job is started now."""
+    made, and the job is started now.
+
+    A retry waits in the table until its ``not_before`` (a time of day):
+    after a round that found nothing to claim, the poller asks the table
+    for the earliest such time among its projects' pending jobs and keeps
+    ONE timer on the reactor for it (however many retries wait), so a
+    retry due in 1 s starts then, not at the next safety-net poll. The
+    reactor's clock is monotonic and the table's times are the wall
+    clock's: the delay is the time of day's distance to it."""
 
     log = Logger()
 
@@ -63,6 +71,9 @@ class Poller:
         self._stopped = False
         # {claim time of a failed claim: when it failed (the clock's)}
         self._unsure = {}
+        # The one timer for the earliest retry due, and its due time (wall).
+        self._due_call = None
+        self._due_at = None
 
     def subscribe(self, events):
         """Polls when a job may start: one was queued, one ended (a slot is
@@ -126,6 +137,7 @@ class Poller:
                 self.log.warn("could not take the next job: {why}", why=e.message)
                 return
             if record is None:
+                yield self._arm_for_next_retry(claimed_at)
                 return
             if self._stopped:
                 # Answered after the stop began (it waited on PostgreSQL):
@@ -133,6 +145,31 @@ class Poller:
                 yield self._release(record, claimed_at)
                 return
             self._launch(record)
+
+    @defer.inlineCallbacks
+    def _arm_for_next_retry(self, now):
+        """Arms the one timer for the earliest retry due after ``now``
+        (a time of day), if there is one and no timer is armed for it
+        already."""
+        try:
+            due = yield self._store.next_retry(self._projects, now)
+        except StoreError as e:
+            # The safety-net poll finds it (within its interval) all the same.
+            self.log.warn("could not read when the next retry is due: {why}", why=e.message)
+            return
+        if due is None or self._stopped:
+            return
+        if self._due_call is not None and self._due_call.active():
+            if self._due_at == due:
+                return
+            self._due_call.cancel()
+        self._due_at = due
+        self._due_call = self._clock.callLater(max(0.0, due - self._wall.seconds()),
+                                               self._retry_due)
+
+    def _retry_due(self):
+        self._due_call = self._due_at = None
+        self.poll()
 
     @defer.inlineCallbacks
     def _release(self, record, claimed_at):
@@ -186,6 +223,9 @@ class Poller:
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
         self._soon = None
+        if self._due_call is not None and self._due_call.active():
+            self._due_call.cancel()
+        self._due_call = self._due_at = None
         if self._round is None:
             return defer.succeed(None)
         # A claim waiting for the table is not cancelled: cancelling the

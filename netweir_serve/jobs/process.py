@@ -28,7 +28,7 @@ from zope.interface import implementer
 
 from .. import _proctree
 from ..reliability import cgroupfs
-from ..reliability.deadlines import timed_settings
+from .deadlines import timed_settings
 from . import datapaths
 
 # What the job's environment must never see: the service's credentials.
@@ -69,7 +69,7 @@ def private_arguments(record, data_dir):
     the private file, never on a command line. Path settings are resolved
     in ``data_dir`` again here: the directory may have changed since the
     job was checked (a symlink put there meanwhile). A job with a timeout
-    gets Netweir's own max_time short of it (reliability.deadlines)."""
+    gets Netweir's own max_time short of it (jobs.deadlines)."""
     argv = []
     for key, value in timed_settings(record.settings, record.policy):
         if key in datapaths.PATH_SETTINGS:

@@ -28,13 +28,13 @@ from ..jobs import policies
 from ..store.records import DuplicateJob, Refusal
 from ..jobs.submit import JobRequest, SubmitRefused
 from ..reliability.policy import JobPolicy
-from ..names import MAX_NAME_LENGTH, fold, name_problem
+from ..names import MAX_JOB_ID_LENGTH, fold, name_problem
 from . import times
 from ..store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 # A schedule's jobs are named NAME-YYYYMMDDTHHMMSSZ: 17 more characters,
 # which must still pass the name rule.
-MAX_SCHEDULE_NAME = MAX_NAME_LENGTH - len("-20260101T000000Z")
+MAX_SCHEDULE_NAME = MAX_JOB_ID_LENGTH - len("-20260101T000000Z")
 
 # After a firing that failed for want of the job table (locked, full), the
 # schedule is tried again this much later rather than at once.

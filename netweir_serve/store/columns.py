@@ -121,11 +121,14 @@ def claim_candidates(columns, among):
     Whether a job may run depends on its spider and locks alone (the run
     policies), so asking the first of each is enough: a backlog held back
     by one lock or one spider's limit costs one candidate, not a record a
-    job. ``columns`` are those the policies read."""
+    job. ``columns`` are those the policies read. A retry before its due
+    time (``not_before`` after the parameter ``now``) is no candidate: it
+    holds back nothing behind it."""
     selected = select_list(columns)
     return (f"SELECT {selected} FROM (SELECT {selected}, priority, row_number() OVER"
             " (PARTITION BY project_key, spider, locks ORDER BY priority DESC, seq) AS place"
-            f" FROM jobs WHERE state = 'pending' AND project_key {among}) AS queued"
+            f" FROM jobs WHERE state = 'pending' AND project_key {among}"
+            " AND (not_before IS NULL OR not_before <= %(now)s)) AS queued"
             " WHERE place = 1 ORDER BY priority DESC, seq")
 
 

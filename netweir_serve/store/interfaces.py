@@ -24,6 +24,10 @@ class IJobStore(Interface):
       nothing (a claim that finds no job, an end already recorded) moves
       nothing and tells nothing;
     * the first end recorded stands (``mark_finished``);
+    * a job whose policy retries it gets its retry in the transaction that
+      records its end, however it ends (``mark_finished``, ``recover``,
+      ``IClusterStore.mark_lost`` and ``declare_dead``): never lost, never
+      queued twice (store.retrying);
     * a claim is decided by the run policies (store.runpolicy), the same
       on every backend, and two claimers never take one job (``claim_next``);
     * a schedule's due time is fired once (IScheduleStore)."""
@@ -59,9 +63,15 @@ class IJobStore(Interface):
         """Takes the pending job to start next (highest priority, then
         oldest) among those of ``projects`` (names, any case) that may run
         now (see store.runpolicy: none of its locks held by a running job, its
-        spider under ``max_per_spider`` running jobs), marking it running on
-        ``node`` with start time ``now``, in one atomic step: two claimers
-        never take the same job. Fires with the record, or None."""
+        spider under ``max_per_spider`` running jobs, and, for a retry, its
+        ``not_before`` not after ``now``), marking it running on ``node``
+        with start time ``now`` (a time of day), in one atomic step: two
+        claimers never take the same job. Fires with the record, or None."""
+
+    def next_retry(projects, after):
+        """The earliest ``not_before`` later than ``after`` (epoch seconds)
+        of the pending jobs of ``projects`` (names, any case), or None: when
+        the next retry waiting for its time may be claimed."""
 
     def release_claim(jobid, node, claimed_at):
         """Puts a claimed job back in the queue, if it is still as the claim
@@ -121,9 +131,10 @@ class IJobStore(Interface):
 
     def recover(node, end_time, stats_of):
         """At start: every job still marked running on ``node`` is ended as
-        lost, with the stats ``stats_of(record)`` returns. Jobs of other
-        nodes are left alone; ``node`` None means every node's (a table no
-        other service shares). Fires with the ended records."""
+        lost, with the stats ``stats_of(record)`` returns, each with its
+        retry as ``mark_finished`` makes one. Jobs of other nodes are left
+        alone; ``node`` None means every node's (a table no other service
+        shares). Fires with the ended records."""
 
     def prune(keep, node=None):
         """Forgets the oldest finished jobs past ``keep``; fires with their
@@ -215,8 +226,9 @@ class IClusterStore(Interface):
 
     def mark_lost(node, end_time, reason=None):
         """Ends every job still running on ``node`` as lost at
-        ``end_time``, keeping the stats last saved for it; fires with the
-        ended records (none for a job already ended, so exactly once)."""
+        ``end_time``, keeping the stats last saved for it, each with its
+        retry as ``mark_finished`` makes one; fires with the ended records
+        (none for a job already ended, so exactly once)."""
 
     def save_stats(jobid, stats):
         """Saves a running job's latest stats (a dict), for the other nodes'

@@ -15,6 +15,7 @@ claims out until it commits (``_lock_claims``) and how the listing reads
 its three lists (``_listed``).
 """
 
+import random
 from dataclasses import replace
 
 from twisted.internet import defer
@@ -26,6 +27,7 @@ from .columns import (
 from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
 from .records import (
     CANCELLED_BY_USER, FINISHED, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
+from .retrying import retry_after
 from .runpolicy import first_that_may_run
 
 
@@ -50,7 +52,11 @@ LISTED_STATE = [c.name for c in _NAMES.listed].index("state")
 _SELECT_POLICY = select_list(_NAMES.policy)
 _INSERT = (f"INSERT INTO jobs (key, project_key, {select_list(_NAMES.inserted)})"
            f" VALUES (%(key)s, %(project_key)s,"
-           f" {', '.join(f'%({c.name})s' for c in _NAMES.inserted)}) RETURNING seq")
+           f" {', '.join(f'%({c.name})s' for c in _NAMES.inserted)})")
+_ADD = f"{_INSERT} RETURNING seq"
+# A retry's id taken already (a job a user named JOBID.r1 with jobid=)
+# must not undo the end it is written with: that end queues no retry.
+_ADD_RETRY = f"{_INSERT} ON CONFLICT (key) DO NOTHING RETURNING seq"
 
 _CLAIM = (
     "UPDATE jobs SET state = 'running', node = %(node)s, start_time = %(now)s"
@@ -63,6 +69,21 @@ _PRUNED = "(CAST(%(node)s AS TEXT) IS NULL OR node = %(node)s OR node IS NULL)"
 _FINISHED_PRUNED = f"state = %(finished)s AND {_PRUNED}"
 
 _BY_KEY = "key = %(key)s"
+
+
+def _among(projects):
+    """(``IN (...)``, its parameters) choosing the folded names of
+    ``projects``; (None, {}) for none."""
+    keys = sorted({fold(p) for p in projects})
+    if not keys:
+        return None, {}
+    params = {f"p{i}": key for i, key in enumerate(keys)}
+    return f"IN ({', '.join(f'%({name})s' for name in params)})", params
+
+
+def _real(value):
+    # SQLite gives back an integral REAL as an int.
+    return float(value) if value is not None else None
 
 
 def where_all(conditions):
@@ -86,12 +107,32 @@ class JobTable:
         return self._record(self._jobs.all, row) if row else None
 
     def _ended(self, tx, row):
-        """The job a change ended (``row``), its ENDED notice sent; or None."""
+        """The job a change ended (``row``), its ENDED notice sent; or None.
+        Its retry, when its policy asks for one, is queued in the same
+        transaction and comes on the record (``retry``): every way a job
+        ends comes through here, so none forgets it (store.retrying)."""
         if row is None:
             return None
         record = self._record(self._jobs.all, row)
         tx.changed(ENDED, record.id, record.node)
-        return record
+        retry = retry_after(record, self._jitter())
+        if retry is None:
+            return record
+        added = tx.one(_ADD_RETRY, self._inserted(retry))
+        if added is None:
+            return record
+        tx.changed(QUEUED, retry.id)
+        return replace(record, retry=replace(retry, seq=added[0]))
+
+    def _jitter(self):
+        """0 to 1, the part of a retry's 10 % jitter it gets (a test may
+        set one of its own)."""
+        return random.random()
+
+    def _inserted(self, record):
+        values = {c.name: c.to_db(getattr(record, c.name)) for c in self._jobs.inserted}
+        values.update(key=fold(record.id), project_key=fold(record.project))
+        return values
 
     def _running(self, tx, node):
         where, params = "state = %(running)s", {"running": RUNNING, "node": node}
@@ -113,12 +154,11 @@ class JobTable:
     # -- IJobStore: writes -----------------------------------------------------
 
     def add(self, record):
-        values = {c.name: c.to_db(getattr(record, c.name)) for c in self._jobs.inserted}
-        values.update(key=fold(record.id), project_key=fold(record.project))
+        values = self._inserted(record)
 
         def insert(tx):
             try:
-                seq = tx.one(_INSERT, values)[0]
+                seq = tx.one(_ADD, values)[0]
             except self._name_taken:
                 raise DuplicateJob(record.id) from None
             tx.changed(QUEUED, record.id)
@@ -127,19 +167,19 @@ class JobTable:
         return self._write_statements(insert)
 
     def claim_next(self, node, projects, now, max_per_spider=None):
-        keys = sorted({fold(p) for p in projects})
-        if not keys:
+        among, params = _among(projects)
+        if among is None:
             return defer.succeed(None)
-        among = {f"p{i}": key for i, key in enumerate(keys)}
-        candidates = claim_candidates(
-            self._jobs.policy, f"IN ({', '.join(f'%({name})s' for name in among)})")
+        candidates = claim_candidates(self._jobs.policy, among)
+        # A retry is no candidate before its due time (``now``, a time of day).
+        params["now"] = now
 
         def claim(tx):
             self._lock_claims(tx)
             policy = self._jobs.policy
             running = [self._record(policy, row) for row in tx.all(
                 f"SELECT {_SELECT_POLICY} FROM jobs WHERE state = 'running'", {})]
-            pending = [self._record(policy, row) for row in tx.all(candidates, among)]
+            pending = [self._record(policy, row) for row in tx.all(candidates, params)]
             while True:
                 # The run policies decide as on every backend (store.runpolicy).
                 chosen = first_that_may_run(running, pending, max_per_spider)
@@ -289,6 +329,15 @@ class JobTable:
             lambda finished: self._write_statements(forget) if finished > keep else [])
 
     # -- IJobStore: reads ------------------------------------------------------
+
+    def next_retry(self, projects, after):
+        among, params = _among(projects)
+        if among is None:
+            return defer.succeed(None)
+        params.update(pending=PENDING, after=after)
+        return self._read_statements(lambda tx: _real(tx.one(
+            "SELECT MIN(not_before) FROM jobs WHERE state = %(pending)s"
+            f" AND project_key {among} AND not_before > %(after)s", params)[0]))
 
     def get(self, jobid):
         return self._read_statements(lambda tx: self._one(tx, _BY_KEY, {"key": fold(jobid)}))

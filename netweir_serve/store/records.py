@@ -1,6 +1,6 @@
 """A job as the job table holds it, and the words for its states and outcomes."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 STATES = (PENDING, RUNNING, FINISHED)
@@ -105,3 +105,7 @@ class JobRecord:
     # start, or was lost), for logs and notifications.
     detail: str = None
     seq: int = None
+    # Not a column: on the record of an end (IJobStore.mark_finished and
+    # the other ways a job ends), the retry that end queued in the same
+    # transaction (a pending JobRecord), or None.
+    retry: object = field(default=None, compare=False, repr=False)

@@ -37,12 +37,16 @@ def _shown(lock, data_dir):
 class RunningSet:
     """What the running jobs hold: their locks, and how many run per spider.
     ``data_dir_of(project)`` (a project's data directory, or None), where
-    given, is what paths are shown relative to."""
+    given, is what paths are shown relative to. With ``now`` (a time of
+    day), a retry whose ``not_before`` is later waits for it, shown by
+    ``show_time(seconds)`` (a listing's format of times)."""
 
-    def __init__(self, running=(), data_dir_of=None):
+    def __init__(self, running=(), data_dir_of=None, now=None, show_time=str):
         self._holders = {}
         self._per_spider = {}
         self._data_dir_of = data_dir_of or (lambda project: None)
+        self._now = now
+        self._show_time = show_time
         for record in running:
             self.add(record)
 
@@ -55,6 +59,11 @@ class RunningSet:
     def waits_for(self, record, max_per_spider=None):
         """Why ``record`` (pending) may not start now, as a sentence for
         listjobs.json, or None when it may."""
+        if (self._now is not None and record.not_before is not None
+                and record.not_before > self._now):
+            # The claim skips it until then (store.columns.claim_candidates).
+            return (f"its retry time, {self._show_time(record.not_before)} (attempt"
+                    f" {record.attempt} of job {record.retry_of})")
         for lock in record.locks:
             holder = self._holders.get(lock)
             if holder is not None:

@@ -2,10 +2,11 @@
 
 from twisted.internet import defer
 
+from ..clocks import WallClock
 from ..jobs.history import read_history
 from ..store.runpolicy import RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject
-from ..names import fold
+from ..names import fold, job_id_problem
 from ..watching.builds import ListingBuilds
 from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
@@ -14,7 +15,7 @@ from .params import ApiError
 from .cache import VersionCache
 from .refusals import refused
 from .schedules import schedule_endpoints
-from .views import job_entry, stats_entry
+from .views import format_time, job_entry, stats_entry
 
 # Parameters of schedule.json that are not spider arguments. _version is
 # what scrapyd clients send to pick an egg; there are no eggs here.
@@ -31,7 +32,7 @@ class Api:
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
                  max_per_spider=None, history=None, owners=None, listing_builds=None,
-                 build_aside=None, limits=None):
+                 build_aside=None, limits=None, wall=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -55,6 +56,8 @@ class Api:
         # Which job limits this machine can enforce: {"memory": bool, "cpu": bool}
         # (reliability/cgroups.JobGroups.available), for daemonstatus.json.
         self.limits = limits or {"memory": False, "cpu": False}
+        # The time of day, for saying that a retry waits for its due time.
+        self.wall = wall if wall is not None else WallClock()
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -66,7 +69,8 @@ class Api:
     def reasons(self, running):
         """Deferred function saying why a pending record waits while
         ``running`` run (listjobs.json's ``waiting_for``, /jobs's), or None."""
-        holding = RunningSet(running, data_dir_of=self._data_dir_of)
+        holding = RunningSet(running, data_dir_of=self._data_dir_of, now=self.wall.seconds(),
+                             show_time=format_time)
 
         def reasons(served):
             return lambda record: (served.waits_for(record)
@@ -151,7 +155,8 @@ class Schedule(ApiEndpoint):
         job = JobRequest(
             project=project.name,
             spider=params.name("spider"),
-            jobid=params.name("jobid", "job id", required=False),
+            # A job id leaves room for its retries' ids (JOBID.r1...).
+            jobid=params.name("jobid", "job id", required=False, rule=job_id_problem),
             priority=params.priority(),
             settings=tuple(params.settings()),
             # A spider argument never starts with "_": those are the job's

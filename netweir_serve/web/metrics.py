@@ -122,6 +122,7 @@ class ServiceMetrics:
         self.duration = Histogram()              # (project, spider)
         self.queue_wait = Histogram()            # (project,)
         self.firings = defaultdict(int)          # (project,)
+        self.retries = defaultdict(int)          # (project, spider)
         self.skips = defaultdict(int)            # (project,)
         self._skipped = {}                       # schedule key: skipped
 
@@ -132,6 +133,11 @@ class ServiceMetrics:
 
     def job_heard(self, kind, record):
         if kind == QUEUED:
+            if record.attempt > 1:
+                # A retry, queued by an end recorded here (with it, in one
+                # transaction: counted once in the cluster).
+                self.retries[(record.project, record.spider)] += 1
+                return
             # Queued here: every node's timer fires the schedule, and the
             # one whose job got in counts it.
             if record.schedule is not None:
@@ -233,6 +239,9 @@ class ServiceMetrics:
         yield self._counter(f"{p}_job_requests", "Requests of the jobs ended since the"
                             " service started (their final stats: fetched, failed)",
                             ["project", "spider", "result"], self.requests)
+        yield self._counter(f"{p}_retries", "Retries queued since the service started (a"
+                            " job's end its policy retries)", ["project", "spider"],
+                            self.retries)
         yield self._counter(f"{p}_schedule_firings", "Jobs queued by recurring schedules",
                             ["project"], self.firings)
         yield self._counter(f"{p}_schedule_skips", "Runs of recurring schedules skipped"

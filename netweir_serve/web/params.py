@@ -3,7 +3,7 @@
 import math
 from urllib.parse import parse_qsl
 
-from ..names import name_problem
+from ..names import job_id_problem, name_problem
 from ..reliability.policy import KEYS, JobPolicy, PolicyError
 
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -65,14 +65,16 @@ class Params:
         values = self.all(key)
         return values[-1] if values else default
 
-    def name(self, key, what=None, required=True):
-        """A name-rule value of ``key``; raises ApiError naming the parameter."""
+    def name(self, key, what=None, required=True, rule=name_problem):
+        """A name-rule value of ``key`` (``rule``: names.name_problem, or
+        another that says what is wrong with one); raises ApiError naming
+        the parameter."""
         value = self.get(key)
         if value is None or value == "":
             if not required:
                 return None
             raise ApiError(400, f"missing parameter {key!r}")
-        problem = name_problem(what or key, value)
+        problem = rule(what or key, value)
         if problem:
             raise ApiError(400, f"parameter {key!r}: {problem}")
         return value

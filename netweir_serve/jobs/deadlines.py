@@ -57,7 +57,7 @@ from twisted.logger import Logger
 
 from ..names import fold, setting_name
 from ..store.records import EXPIRED, PENDING, STALLED, TIMEOUT, StoreError
-from .policy import JobPolicy, format_duration
+from ..reliability.policy import JobPolicy, format_duration
 
 # The kinds of deadline, as /metrics names them.
 TIMEOUT_KIND, STALL_KIND, EXPIRE_KIND = "timeout", "stall", "expire"
