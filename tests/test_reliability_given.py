@@ -76,10 +76,10 @@ class PolicyOptionTests(unittest.TestCase):
 
     def test_rules_by_project_and_spider_the_later_key_winning(self):
         rules = self.parse("--policy", "shop:timeout=6h,retries=2",
-                           "--policy", "Shop/quick:memory=1G,timeout=2h",
+                           "--policy", "Shop/quick:expire=1d,timeout=2h",
                            "--policy", "shop:retries=3")
         self.assertEqual(rules.for_spider("shop", "quick").shown(),
-                         {"timeout": "2h", "retries": 3, "memory": "1G"})
+                         {"timeout": "2h", "expire": "1d", "retries": 3})
         self.assertEqual(rules.for_spider("SHOP", "other").shown(),
                          {"timeout": "6h", "retries": 3})
 
@@ -107,7 +107,8 @@ class GivenOverHttpTests(unittest.TestCase):
             f.write(SPIDERS)
         self.daemon = Daemon(os.path.join(base, "dir"), [f"shop={folder}"], args=[
             "--policy", "shop:timeout=6h,retries=2,backoff=5m",
-            "--policy", "shop/quick:stall=10m,timeout=2h", "--max-jobs", "1"]).start()
+            "--policy", "shop/quick:stall=10m,timeout=2h", "--max-jobs", "1",
+            "--policy", "shop/Quick:retries=5"]).start()
         self.addCleanup(self.daemon.stop)
 
     def test_listpolicies_answers_each_spiders_policy_from_the_rules(self):
@@ -119,6 +120,9 @@ class GivenOverHttpTests(unittest.TestCase):
             "other": {"timeout": "6h", "retries": 2, "backoff": "5m"},
             "quick": {"timeout": "2h", "stall": "10m", "retries": 2, "backoff": "5m"},
             "stuck": {"timeout": "6h", "retries": 2, "backoff": "5m"}})
+        # Spider names are the spiders' own (case and all): a rule for
+        # another name applies to none, and the answer says so.
+        self.assertEqual(answer["no_such_spider"], ["Quick"])
         status, answer = self.daemon.get("listpolicies.json", {"project": "nope"})
         self.assertEqual((status, answer["status"]), (404, "error"))
 
@@ -127,10 +131,10 @@ class GivenOverHttpTests(unittest.TestCase):
         blocker = self.daemon.must_schedule("shop", "stuck")
         self.daemon.wait_state(blocker, "running")
         jobid = self.daemon.must_schedule("shop", "quick", _timeout="30m", _retries="0",
-                                          _version="1.0", _memory="256M", colour="red")
+                                          _version="1.0", _expire="1d", colour="red")
         entry = self.daemon.wait_state(jobid, "pending")
-        self.assertEqual(entry["policy"], {"timeout": "30m", "stall": "10m", "retries": 0,
-                                           "backoff": "5m", "memory": "256M"})
+        self.assertEqual(entry["policy"], {"timeout": "30m", "stall": "10m", "expire": "1d",
+                                           "retries": 0, "backoff": "5m"})
         self.assertEqual(entry["attempt"], 1)
         self.assertEqual(entry["arguments"], {"colour": "red"})
         # Cancelled while it waits, and the running one: each says why.
@@ -161,10 +165,11 @@ class GivenOverHttpTests(unittest.TestCase):
     def test_a_schedules_values_are_kept_shown_and_given_to_its_jobs(self):
         status, added = self.daemon.post("addschedule.json", [
             ("project", "shop"), ("spider", "other"), ("every", "2s"), ("name", "nightly"),
-            ("timeout", "1h"), ("retry_on", "failed,stalled"), ("cpu", "0.5")])
+            ("timeout", "1h"), ("retry_on", "failed,stalled"), ("_expire", "2h")])
         self.assertEqual(status, 200, added)
-        self.assertEqual(added["policy"], {"timeout": "1h", "retry_on": "failed,stalled",
-                                           "cpu": "0.5"})
+        # A key given as schedule.json spells it counts the same.
+        self.assertEqual(added["policy"], {"timeout": "1h", "expire": "2h",
+                                           "retry_on": "failed,stalled"})
         self.assertEqual(added["arguments"], {})
         _, listed = self.daemon.get("listschedules.json")
         self.assertEqual(listed["schedules"][0]["policy"], added["policy"])
@@ -173,12 +178,16 @@ class GivenOverHttpTests(unittest.TestCase):
             "last_job"], 30, "the schedule to queue a job")
         self.daemon.post("delschedule.json", {"project": "shop", "name": "nightly"})
         entry = self.daemon.wait_state(first, "finished")
-        self.assertEqual(entry["policy"], {"timeout": "1h", "retries": 2,
-                                           "retry_on": "failed,stalled", "backoff": "5m",
-                                           "cpu": "0.5"})
+        self.assertEqual(entry["policy"], {"timeout": "1h", "expire": "2h", "retries": 2,
+                                           "retry_on": "failed,stalled", "backoff": "5m"})
         self.assertEqual(entry["reason"], "exit 0" if entry["outcome"] == "finished"
                          else f"exit {entry['exit_status']}")
         status, refused = self.daemon.post("addschedule.json", [
             ("project", "shop"), ("spider", "other"), ("every", "1d"), ("stall", "soon")])
         self.assertEqual(status, 400)
         self.assertIn("stall 'soon' is not a duration", refused["message"])
+        status, refused = self.daemon.post("addschedule.json", [
+            ("project", "shop"), ("spider", "other"), ("every", "1d"), ("stall", "1h"),
+            ("_stall", "2h")])
+        self.assertEqual(status, 400)
+        self.assertIn("stall and _stall are the same key", refused["message"])

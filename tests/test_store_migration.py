@@ -110,8 +110,9 @@ class OldTableTests(unittest.TestCase):
              done.cancel_requested, done.reason, done.node),
             ("Done", "Shop", "books", "/p/books.py", (("max_items", "5"),),
              (("category", "x"),), 0.0, "finished", "finished", 41, 0, 100.0, 110.0, 120.0,
-             {"items": 30}, False, None, None))
-        # Migration 8: a job of then was a first attempt, with no policy.
+             {"items": 30}, False, "exit 0", None))
+        # Migration 8: a job of then was a first attempt, with no policy,
+        # and its reason is the code its status gives.
         self.assertEqual((done.attempt, done.retry_of, done.not_before, done.policy,
                           done.detail), (1, None, None, None, None))
         running = yield store.get("running")
@@ -229,3 +230,56 @@ class NewerTableTests(unittest.TestCase):
         self.assertEqual(done.stdout, "")
         self.assertEqual(user_version(path), migrations.LATEST + 1)
         self.assertEqual(tables(path), before)
+
+
+def version_7_db(path, ends):
+    """A jobs.db of schema version 7 (before reason codes) holding one
+    finished job per ``ends`` entry: (id, outcome, exit_status, reason)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    for migration in migrations.SQLITE_MIGRATIONS:
+        if migration.version <= 7:
+            for statement in migration.statements:
+                db.execute(statement)
+    db.execute("PRAGMA user_version = 7")
+    for jobid, outcome, status, reason in ends:
+        db.execute(
+            "INSERT INTO jobs (key, id, project, project_key, spider, spider_file, settings,"
+            " arguments, priority, state, outcome, exit_status, created, end_time, reason)"
+            " VALUES (?, ?, 'shop', 'shop', 'books', '/p/books.py', '[]', '[]', 0, 'finished',"
+            " ?, ?, 1.0, 2.0, ?)", (jobid, jobid, outcome, status, reason))
+    db.execute("INSERT INTO jobs (key, id, project, project_key, spider, spider_file, settings,"
+               " arguments, priority, state, created) VALUES ('waiting', 'waiting', 'shop',"
+               " 'shop', 'books', '/p/books.py', '[]', '[]', 0, 'pending', 1.0)")
+    db.close()
+
+
+# What ended before reason codes, and the reason and detail it reads with.
+OLD_ENDS = [
+    (("ok", "finished", 0, None), ("exit 0", None)),
+    (("crashed", "failed", 1, None), ("exit 1", None)),
+    (("killed", "failed", -9, None), ("signal 9", None)),
+    (("unstarted", "failed", None, "project 'x' is no longer served"),
+     ("not started", "project 'x' is no longer served")),
+    (("waited", "cancelled", None, "cancelled before it started"),
+     ("cancel.json", "cancelled before it started")),
+    (("stopped", "cancelled", 130, None), ("cancel.json", None)),
+    (("gone", "lost", None, "the service stopped while the job ran"),
+     ("lost", "the service stopped while the job ran")),
+    (("dead", "lost", None, "node n1 stopped answering (declared dead)"),
+     ("node lost", "node n1 stopped answering (declared dead)")),
+]
+
+
+class ReasonCodesTests(unittest.TestCase):
+    @defer.inlineCallbacks
+    def test_migration_8_gives_every_old_end_its_code_and_keeps_its_sentence(self):
+        path = os.path.abspath(self.mktemp())
+        version_7_db(path, [old for old, _ in OLD_ENDS])
+        store = SQLiteJobStore(path, Clock())
+        self.addCleanup(store.close)
+        for old, expected in OLD_ENDS:
+            found = yield store.get(old[0])
+            self.assertEqual((found.reason, found.detail), expected, old)
+        waiting = yield store.get("waiting")
+        self.assertEqual((waiting.state, waiting.reason, waiting.detail),
+                         ("pending", None, None))

@@ -326,6 +326,31 @@ class MigrationTests(StoreCase):
         yield store.register_node("old", "http://old", projects=["shop"])
         self.assertEqual([n["projects"] for n in (yield store.nodes())], [["shop"]])
 
+    @defer.inlineCallbacks
+    def test_migration_8_gives_every_old_end_its_code_and_keeps_its_sentence(self):
+        import psycopg
+        from netweir_serve.store import postgres
+        from netweir_serve.store.postgres_migrations import POSTGRES_MIGRATIONS
+        from .test_store_migration import OLD_ENDS
+        with psycopg.connect(postgres.conninfo_of(self.url), autocommit=True) as conn:
+            conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+            conn.execute("INSERT INTO schema_version (version) VALUES (7)")
+            for migration in POSTGRES_MIGRATIONS:
+                if migration.version <= 7:
+                    for statement in migration.statements:
+                        conn.execute(statement)
+            for (jobid, outcome, status, reason), _ in OLD_ENDS:
+                conn.execute(
+                    "INSERT INTO jobs (key, id, project, project_key, spider, spider_file,"
+                    " settings, arguments, priority, state, outcome, exit_status, created,"
+                    " end_time, reason) VALUES (%s, %s, 'shop', 'shop', 'books', '/p/books.py',"
+                    " '[]', '[]', 0, 'finished', %s, %s, 1.0, 2.0, %s)",
+                    (jobid, jobid, outcome, status, reason))
+        store = yield self.open()
+        for old, expected in OLD_ENDS:
+            found = yield store.get(old[0])
+            self.assertEqual((found.reason, found.detail), expected, old)
+
     def test_two_migrating_at_once_both_succeed_and_it_is_done_once(self):
         import psycopg
         from netweir_serve.store import postgres

@@ -37,6 +37,10 @@ class PolicyRules:
         base = self.projects.get(fold(project), JobPolicy())
         return self.spiders.get((fold(project), spider), JobPolicy()).over(base)
 
+    def spiders_named(self, project):
+        """The spider names the rules of ``project`` name."""
+        return [spider for folded, spider in self.spiders if folded == fold(project)]
+
     def projects_named(self):
         """The folded project names the rules name (each must be served)."""
         return set(self.projects) | {project for project, _ in self.spiders}

@@ -16,6 +16,22 @@ class Migration:
     statements: tuple
 
 
+# Migration 8's reasons: a job ended before it had a reason code keeps its
+# sentence as detail and gets the code its outcome and status say (a
+# cancel is the user's, a lost job of a node declared dead is node lost, a
+# failure with no status is a start that failed). Written once for both
+# backends (the same SQL).
+REASONS_OF_OLD_ENDS = (
+    "UPDATE jobs SET detail = reason, reason = CASE"
+    " WHEN state != 'finished' THEN NULL"
+    " WHEN outcome = 'cancelled' THEN 'cancel.json'"
+    " WHEN outcome = 'lost' AND reason LIKE 'node % stopped answering%' THEN 'node lost'"
+    " WHEN outcome = 'lost' THEN 'lost'"
+    " WHEN exit_status IS NULL THEN 'not started'"
+    " WHEN exit_status < 0 THEN 'signal ' || CAST(-exit_status AS TEXT)"
+    " ELSE 'exit ' || CAST(exit_status AS TEXT) END")
+
+
 SQLITE_MIGRATIONS = (
     # The schema netweir-serve shipped with before versions were kept (a
     # jobs.db from then has user_version 0 and this table already).
@@ -95,6 +111,7 @@ SQLITE_MIGRATIONS = (
         "ALTER TABLE jobs ADD COLUMN not_before REAL",
         "ALTER TABLE jobs ADD COLUMN detail TEXT",
         "ALTER TABLE schedules ADD COLUMN policy TEXT",
+        REASONS_OF_OLD_ENDS,
     )),
 )
 

@@ -10,7 +10,7 @@ how many have been applied, as ``PRAGMA user_version`` does for SQLite.
 Append a migration, never edit one that has landed.
 """
 
-from .migrations import SQLITE_MIGRATIONS, Migration, NewerSchema
+from .migrations import REASONS_OF_OLD_ENDS, SQLITE_MIGRATIONS, Migration, NewerSchema
 
 # The key of the session-level advisory lock held while migrating: two
 # nodes starting at once must not both apply a migration (CREATE TABLE IF
@@ -123,6 +123,7 @@ POSTGRES_MIGRATIONS = (
         "ALTER TABLE jobs ADD COLUMN not_before double precision",
         "ALTER TABLE jobs ADD COLUMN detail text",
         "ALTER TABLE schedules ADD COLUMN policy text",
+        REASONS_OF_OLD_ENDS,
     )),
 )
 

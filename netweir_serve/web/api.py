@@ -139,12 +139,22 @@ class ListPolicies(ApiEndpoint):
         project = self.api.project(params)
         rules = self.api.submitter.rules
         d = self.api.reader.listSpiders(project)
-        d.addCallbacks(lambda names: {
-            "project": project.name,
-            "policy": rules.for_project(project.name).shown(),
-            "spiders": {name: rules.for_spider(project.name, name).shown() for name in names},
-        }, refused)
+        d.addCallbacks(lambda names: self._policies(project.name, names, rules), refused)
         return d
+
+    @staticmethod
+    def _policies(project, names, rules):
+        answer = {
+            "project": project,
+            "policy": rules.for_project(project).shown(),
+            "spiders": {name: rules.for_spider(project, name).shown() for name in names},
+        }
+        # A rule for a spider the project does not have (a typo, a class
+        # name, a spider since removed) applies to nothing: said, not hidden.
+        unused = sorted(set(rules.spiders_named(project)) - set(names))
+        if unused:
+            answer["no_such_spider"] = unused
+        return answer
 
 
 class Schedule(ApiEndpoint):

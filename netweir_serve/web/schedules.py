@@ -32,15 +32,28 @@ class AddSchedule(ApiEndpoint):
             overlap=params.get("overlap"),
             misfire=params.get("misfire"),
             settings=tuple(params.settings()),
-            arguments=tuple((k, v) for k, v in params.pairs if k not in ADDSCHEDULE_PARAMETERS),
+            arguments=tuple((k, v) for k, v in params.pairs if k not in ADDSCHEDULE_PARAMETERS
+                            and not (k.startswith("_") and k[1:] in POLICY_KEYS)),
             priority=params.priority(),
-            policy=params.policy(),
+            policy=_policy(params),
         )
         added = self.api.timetable.add(wanted)
         return added.addCallbacks(self._entry, refused)
 
     def _entry(self, record):
         return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+def _policy(params):
+    """The schedule's policy: its keys as parameters (timeout=6h), or
+    spelt as schedule.json spells them (_timeout=6h), not both."""
+    given = params.policy()
+    spelt = params.policy(prefix="_", skip=[k for k, _ in params.pairs
+                                            if k[1:] not in POLICY_KEYS])
+    both = sorted(set(given.as_dict()) & set(spelt.as_dict()))
+    if both:
+        raise ApiError(400, f"{both[0]} and _{both[0]} are the same key: give one of them")
+    return spelt.over(given)
 
 
 class ListSchedules(ApiEndpoint):
