@@ -125,6 +125,10 @@ class V2TreeTests(unittest.TestCase):
         write(os.path.join(self.unit, "cgroup.procs"), "4242\n")
         # The kernel makes cgroup.procs with the group; a temp tree cannot.
         write(os.path.join(self.unit, "service", "cgroup.procs"), "")
+        write(os.path.join(self.unit, "cgroup.type"), "domain\n")
+        # What systemd marks a unit with Delegate=yes with (user.* here:
+        # the test's user may set it, root or not).
+        os.setxattr(self.unit, "user.delegate", b"1")
         self.mounts = f"cgroup2 {self.root} cgroup2 rw,nsdelegate 0 0\n"
         self.directory = os.path.abspath(self.mktemp())
         self.groups = JobGroups.detect(self.directory, self.mounts,
@@ -158,6 +162,34 @@ class V2TreeTests(unittest.TestCase):
         again = JobGroups.detect(self.directory, self.mounts,
                                  "0::/system.slice/netweir.service/service\n")
         self.assertEqual(again.places["memory"].base, self.unit)
+
+
+    def test_a_writable_unit_without_the_delegate_mark_is_not_delegated_to_root(self):
+        # Root may write every group: a unit without Delegate=yes is not
+        # the service's to divide, and none of its processes is moved.
+        os.removexattr(self.unit, "user.delegate")
+        groups = JobGroups.detect(self.directory, self.mounts,
+                                  "0::/system.slice/netweir.service\n", euid=0)
+        self.assertEqual(groups.available(), {"memory": False, "cpu": False})
+        self.assertIn("is not delegated", groups.refusal(JobPolicy(memory=64 * MIB)))
+        self.assertRaises(CgroupError, groups.create, "j", memory=64 * MIB)
+        self.assertEqual(read(os.path.join(self.unit, "cgroup.procs")), "4242\n")
+
+    def test_the_systemd_delegate_mark_makes_it_delegated_to_root(self):
+        groups = JobGroups.detect(self.directory, self.mounts,
+                                  "0::/system.slice/netweir.service\n", euid=0)
+        self.assertEqual(groups.available(), {"memory": True, "cpu": True})
+
+    def test_a_unit_owned_by_the_services_user_is_delegated_to_it(self):
+        os.removexattr(self.unit, "user.delegate")
+        owner = os.stat(self.unit).st_uid
+        if owner == 0:
+            # Made by root: give it to a user, as a user's delegation does.
+            owner = 4321
+            os.chown(self.unit, owner, -1)
+        groups = JobGroups.detect(self.directory, self.mounts,
+                                  "0::/system.slice/netweir.service\n", euid=owner)
+        self.assertEqual(groups.available(), {"memory": True, "cpu": True})
 
 
 class NoCgroupsTests(unittest.TestCase):
@@ -225,9 +257,28 @@ class SubmitterRefusalTests(unittest.TestCase):
 
 
 class V2RootTests(unittest.TestCase):
+    def test_a_container_namespaces_root_moves_its_processes_to_the_leaf(self):
+        # --cgroupns=private: /proc/self/cgroup says 0::/ and the group is
+        # the mount point, but it is not the true root (it has a
+        # cgroup.type): v2's rule holds, its processes must move.
+        root = os.path.abspath(self.mktemp())
+        write(os.path.join(root, "cgroup.controllers"), "cpu memory pids\n")
+        write(os.path.join(root, "cgroup.subtree_control"), "")
+        write(os.path.join(root, "cgroup.type"), "domain\n")
+        write(os.path.join(root, "cgroup.procs"), "1\n4242\n")
+        write(os.path.join(root, "service", "cgroup.procs"), "")
+        groups = JobGroups.detect(self.mktemp(), f"cgroup2 {root} cgroup2 rw 0 0\n",
+                                  "0::/\n", euid=0)
+        self.assertEqual(groups.available(), {"memory": True, "cpu": True})
+        [made] = groups.create("j", memory=64 * MIB)
+        self.assertEqual(os.path.dirname(os.path.dirname(made)), root)
+        # A temp tree's cgroup.procs takes each write whole: the last pid.
+        self.assertEqual(read(os.path.join(root, "service", "cgroup.procs")), "4242")
+        self.assertEqual(read(os.path.join(root, "cgroup.subtree_control")), "+memory +cpu")
+
     def test_a_service_in_the_root_group_moves_nothing(self):
-        # The root group may hold processes and hand controllers on: its
-        # processes are the machine's, and none of them is moved.
+        # The true root (no cgroup.type) may hold processes and hand
+        # controllers on: its processes are the machine's, none is moved.
         root = os.path.abspath(self.mktemp())
         write(os.path.join(root, "cgroup.controllers"), "cpu memory\n")
         write(os.path.join(root, "cgroup.subtree_control"), "")

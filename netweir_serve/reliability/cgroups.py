@@ -4,14 +4,18 @@ What this machine offers is found once, at start (``JobGroups.detect``),
 from /proc/self/mounts and /proc/self/cgroup, per controller:
 
 - cgroup v2 where the unified tree is mounted and the service's own group
-  lists the controller in its ``cgroup.controllers`` and may be written
-  (it is delegated). Under systemd that is a unit with ``Delegate=yes``
+  lists the controller in its ``cgroup.controllers`` and is delegated to
+  it (``delegated_v2``: systemd's delegate mark, owned by the service's
+  user, or the root of the tree it sees, as in a container's private
+  cgroup namespace; writable alone is not enough, root may write
+  anything). Under systemd that is a unit with ``Delegate=yes``
   (``Delegate=memory cpu`` at least). v2 lets no group that holds
-  processes hand controllers to its children, so before the first job's
-  group is made the processes of the service's own group (the service,
-  its jobs' parents) move into a leaf of it, ``service``, as systemd's
-  delegation guide asks of a delegated unit; a service that finds itself
-  in such a leaf uses the group above it.
+  processes hand controllers to its children (only the true root, which
+  has no cgroup.type, is spared), so before the first job's group is made
+  every process of the service's own group (the service, its jobs'
+  parents, a container's init) moves into a leaf of it, ``service``, as
+  systemd's delegation guide asks of a delegated unit; a service that
+  finds itself in such a leaf uses the group above it.
 - cgroup v1's ``memory`` and ``cpu`` hierarchies otherwise, each where
   it is mounted, under the service's own group in it, if writable.
 
@@ -70,7 +74,7 @@ class Place:
     controller: str
     version: int
     base: str
-    # The hierarchy's root (its mount point): v2's rule spares it.
+    # The hierarchy's root as the service sees it (its mount point).
     root: str = None
 
 
@@ -120,6 +124,49 @@ def _beneath(mount, path):
     return os.path.join(mount, path.lstrip("/")) if path not in ("", "/") else mount
 
 
+def is_true_root(path):
+    """Whether the v2 group ``path`` is the hierarchy's true root. The
+    kernel gives every group a cgroup.type but the root; the root of a
+    cgroup namespace (a container's ``0::/``) is a group like any other,
+    and v2's no-internal-process rule holds for it."""
+    return not os.path.exists(os.path.join(path, "cgroup.type"))
+
+
+# The extended attributes systemd puts on a group it delegates (Delegate=
+# yes): trusted.* by the system manager, user.* by a user's manager.
+DELEGATE_MARKS = ("trusted.delegate", "user.delegate")
+
+
+def delegated_v2(base, mount, euid):
+    """Whether the v2 group ``base`` is the service's to divide, not just
+    writable (for root everything is). Yes for:
+
+    - a group systemd marked delegated (a delegate extended attribute);
+    - a group owned by the service's user, other than root (a delegation
+      to a user is made by giving the group to it);
+    - the root of the hierarchy the service sees (``mount``): the true
+      root's processes are the machine's, where nothing is delegated to
+      anyone; a cgroup namespace's root is what the container runtime
+      gave the container whole.
+
+    In each case only if its cgroup.subtree_control may be written."""
+    if not os.access(os.path.join(base, "cgroup.subtree_control"), os.W_OK):
+        return False
+    if os.path.normpath(base) == os.path.normpath(mount):
+        return True
+    for mark in DELEGATE_MARKS:
+        try:
+            if os.getxattr(base, mark).strip() not in (b"", b"0"):
+                return True
+        except OSError:
+            pass
+    try:
+        owner = os.stat(base).st_uid
+    except OSError:
+        return False
+    return euid != 0 and owner == euid
+
+
 def dir_group_name(directory):
     """The group of one service's DIR: the same name for every start on it."""
     digest = hashlib.sha256(os.path.realpath(directory).encode("utf-8", "surrogateescape"))
@@ -158,9 +205,16 @@ class JobGroups:
     _delegated: set = field(default_factory=set)
 
     @classmethod
-    def detect(cls, directory, mounts_text=None, own_text=None):
+    def detect(cls, directory, mounts_text=None, own_text=None, euid=None):
         """What this machine offers, from the texts of /proc/self/mounts
-        and /proc/self/cgroup (read here when not given)."""
+        and /proc/self/cgroup (read here when not given), to the user
+        ``euid`` (this process's effective user when not given).
+
+        Detected when called, as the user calling: the service does so in
+        makeService, before twistd's --uid drops privileges, so a service
+        started as root and run as another user is judged as root."""
+        if euid is None:
+            euid = os.geteuid()
         if mounts_text is None:
             mounts_text = read_text("/proc/self/mounts")
         if own_text is None:
@@ -175,15 +229,17 @@ class JobGroups:
                 v2_base = os.path.dirname(v2_base)
         v2_offers = read_text(os.path.join(v2_base, "cgroup.controllers")).split() \
             if v2_base else []
+        v2_delegated = bool(v2_offers) and delegated_v2(v2_base, v2_mount, euid)
         for controller in CONTROLLERS:
             if controller in v2_offers:
-                if os.access(os.path.join(v2_base, "cgroup.subtree_control"), os.W_OK):
+                if v2_delegated:
                     places[controller] = Place(controller, 2, v2_base, v2_mount)
                 else:
                     refusals[controller] = (
                         f"the service's control group {v2_base} (cgroup v2) is not delegated"
-                        f" to it: its cgroup.subtree_control is not writable (under"
-                        f" systemd, give the unit Delegate=yes)")
+                        f" to it: it has no delegate mark (trusted.delegate or user.delegate)"
+                        f" nor belongs to the service's user, or its cgroup.subtree_control"
+                        f" is not writable (under systemd, give the unit Delegate=yes)")
             elif controller in v1_mounts:
                 base = _beneath(v1_mounts[controller], v1_own.get(controller, "/"))
                 if os.access(base, os.W_OK):
@@ -252,7 +308,7 @@ class JobGroups:
         for controller in asked:
             place = self.places[controller]
             if place.version == 2:
-                self._delegate_v2(place.base, place.root)
+                self._delegate_v2(place.base)
         for path in self._dir_groups(asked):
             _make_dir(path)
             if any(self.places[c].version == 2 for c in asked):
@@ -296,11 +352,12 @@ class JobGroups:
             _write(path, "cpu.cfs_period_us", str(CPU_PERIOD_US))
             _write(path, "cpu.cfs_quota_us", str(quota))
 
-    def _delegate_v2(self, base, root):
+    def _delegate_v2(self, base):
         """Readies the delegated v2 group ``base`` to have children with
         controllers: its processes moved into its leaf (v2's rule: a group
-        holding processes hands no controller on; the ``root`` of the
-        hierarchy is spared it, and its processes are the whole machine's),
+        holding processes hands no controller on; the true root of the
+        hierarchy is spared it, and its processes are the whole machine's,
+        but not a cgroup namespace's root, a container's ``0::/``),
         then the controllers enabled in its cgroup.subtree_control. Once
         per base."""
         if base in self._delegated:
@@ -309,8 +366,11 @@ class JobGroups:
         wanted = [c for c in CONTROLLERS if c in self.places and self.places[c].version == 2]
         enabled = read_text(os.path.join(base, "cgroup.subtree_control")).split()
         if not all(c in enabled for c in wanted):
-            pids = cgroupfs.members([base]) if os.path.normpath(base) != os.path.normpath(root) \
-                else []
+            # Every process of the group moves: delegation is proven
+            # (delegated_v2), so they are all the service's unit's (or its
+            # container's), and one left behind would make the kernel
+            # refuse the controllers (EBUSY).
+            pids = [] if is_true_root(base) else cgroupfs.members([base])
             if pids:
                 _make_dir(leaf)
                 for pid in pids:
