@@ -62,6 +62,12 @@ class EndOfTests(unittest.TestCase):
         # A cancel asked first stands: the job was being stopped anyway.
         self.assertEqual(end_of(job, -9, "timeout", oom=True), ("cancelled", "timeout"))
 
+    def test_a_memory_kill_the_crawl_outlived_is_not_its_end(self):
+        # A worker killed at the limit while the crawl itself exited 0.
+        job = JobRecord(id="a", project="p", spider="s", spider_file="f")
+        self.assertEqual(end_of(job, 0, oom=True), ("finished", "exit 0"))
+        self.assertEqual(end_of(job, 1, oom=True), ("failed", "memory"))
+
 
 class PolicyOptionTests(unittest.TestCase):
     def setUp(self):
