@@ -870,6 +870,17 @@ class LimitsTests(unittest.TestCase):
         rig.reactor.advance(0.1)
         self.assertFalse(os.path.exists(memory))
 
+    def test_a_job_another_node_recorded_lost_loses_its_group_after_the_kill(self):
+        rig = self.rig()
+        rig.schedule("gone", policy=JobPolicy(memory=64 << 20))
+        [memory] = self.groups.directories("gone", ["memory"])
+        self.assertTrue(rig.launcher.drop("gone"))
+        self.empty([memory])
+        self.assertTrue(os.path.exists(memory))
+        rig.reactor.advance(launcher_module.KILL_FALLBACK_SECONDS)
+        self.assertFalse(os.path.exists(memory))
+        self.assertEqual(self.groups.leftovers(), [])
+
     def test_a_limit_the_service_cannot_enforce_fails_the_job_at_start(self):
         rig = self.rig(groups=None)
         rig.schedule("nolimit", policy=JobPolicy(cpu=1.0))
