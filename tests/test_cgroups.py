@@ -85,6 +85,8 @@ class V1TreeTests(unittest.TestCase):
         cpu = os.path.join(self.cpu, name, "job-shop-job1")
         self.assertEqual(made, [memory, cpu])
         self.assertEqual(read(os.path.join(memory, "memory.limit_in_bytes")), str(200 * MIB))
+        # Swap accounting or not, the group's pages are never swapped.
+        self.assertEqual(read(os.path.join(memory, "memory.swappiness")), "0")
         self.assertEqual(read(os.path.join(cpu, "cpu.cfs_period_us")), "100000")
         self.assertEqual(read(os.path.join(cpu, "cpu.cfs_quota_us")), "20000")
         # The same job id in any case is the same group.

@@ -71,6 +71,7 @@ class RealGroupTests(unittest.TestCase):
         if self.groups.places["memory"].version == 1:
             self.assertEqual(read(os.path.join(memory, "memory.limit_in_bytes")),
                              str(200 * MIB))
+            self.assertEqual(read(os.path.join(memory, "memory.swappiness")).strip(), "0")
             if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
                 # No swap: memory and swap together at the same limit.
                 self.assertEqual(read(os.path.join(memory, "memory.memsw.limit_in_bytes")),

@@ -28,7 +28,7 @@ adopts. The limits written:
 - memory: ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1). Swap is
   off for the crawl: ``memory.swap.max`` 0 (v2), and v1's
   ``memory.memsw.limit_in_bytes`` (memory plus swap) at the same limit
-  where the kernel accounts swap; a crawl over its limit is killed, never
+  where the kernel accounts swap, and v1's ``memory.swappiness`` 0 always; a crawl over its limit is killed, never
   left to swap the machine to a crawl. v2's ``memory.oom.group`` is 1: an
   OOM kill takes the crawl's workers with it.
 - cpu: a quota per period of 100 ms, ``cpu.max`` (v2) or
@@ -339,6 +339,10 @@ class JobGroups:
             _write_if_there(path, "memory.oom.group", "1")
         else:
             _write(path, "memory.limit_in_bytes", str(size))
+            # The group's pages are not swapped out: without swap
+            # accounting (no memsw files) the limit holds only what is
+            # in memory, and a crawl would swap past it.
+            _write(path, "memory.swappiness", "0")
             # Memory and swap together at the same limit: no swap. Only
             # where the kernel accounts swap (swapaccount=1).
             _write_if_there(path, "memory.memsw.limit_in_bytes", str(size))
