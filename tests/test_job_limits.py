@@ -128,15 +128,16 @@ class ParentTests(CrawlTestCase):
             f.write(HEADER.format(site=self.site.base) + HOG)
         self.dir = os.path.join(self.base, "dir")
 
-    def start(self, jobid, spider, memory=None, cpu=None):
-        """Starts ``spider``'s job as the launcher does; (process, files, groups)."""
+    def start(self, jobid, spider, memory=None, cpu=None, groups=None):
+        """Starts ``spider``'s job as the launcher does; (process, files, groups)
+        (``groups``: directories to give it, made or not, instead)."""
         record = JobRecord(id=jobid, project="shop", spider=spider,
                            spider_file=os.path.join(self.shop, spider + ".py"),
                            settings=(("throttle", "false"),), start_time=1.0)
         files = job_files(self.dir, "shop", spider, jobid)
         for path in files.all():
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        groups = []
+        groups = groups or []
         if memory is not None or cpu is not None:
             groups = self.groups.create(jobid, memory=memory, cpu=cpu)
             self.addCleanup(self.groups.remove, jobid)
@@ -201,6 +202,21 @@ class ParentTests(CrawlTestCase):
         self.assertEqual(limited_settings((("MAX_MEMORY", "50"),), 200 * MIB),
                          (("MAX_MEMORY", "50"),))
         self.assertEqual(limited_settings((("a", "1"),), None), (("a", "1"),))
+
+
+class JoinRefusedTests(CrawlTestCase):
+    """A crawl whose control group cannot be joined (gone since it was
+    made): the parent says it never started. No real group needed."""
+
+    def test_the_parent_writes_not_started_with_the_reason(self):
+        self.dir = os.path.join(self.base, "dir")
+        gone = os.path.join(self.base, "no-such-group")
+        process, files, _ = ParentTests.start(self, "nojoin", "books", groups=[gone])
+        self.assertEqual(process.wait(60), 0)
+        written = read_exit_status(files.status)
+        self.assertEqual(written["exit_status"], 127)
+        self.assertIn("could not join its control group", written["not_started"])
+        self.assertIn("No such file or directory", written["not_started"])
 
 
 class DaemonTests(AdoptionTestCase):

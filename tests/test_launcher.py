@@ -854,6 +854,20 @@ class LimitsTests(unittest.TestCase):
                          ("failed", "memory", -9))
         self.assertEqual(self.groups.leftovers(), [])
 
+    def test_a_crawl_that_could_not_join_its_group_ends_not_started(self):
+        rig = self.rig()
+        rig.schedule("nojoin", policy=JobPolicy(memory=64 << 20))
+        path = job_files(rig.dir, "shop", "books", "nojoin").status
+        with open(path, "w") as f:
+            f.write('{"exit_status": 127, "end_time": 5.0, "crawl_pid": 7,'
+                    ' "not_started": "the crawl could not join its control group: gone"}')
+        self.empty(self.groups.directories("nojoin", ["memory"]))
+        rig.exit("nojoin", 0)
+        record = rig.get("nojoin")
+        self.assertEqual((record.outcome, record.reason, record.detail),
+                         ("failed", "not started",
+                          "the crawl could not join its control group: gone"))
+
     def test_a_parent_killed_before_writing_its_status_the_group_tells(self):
         rig = self.rig()
         rig.schedule("hog", policy=JobPolicy(memory=64 << 20))

@@ -458,9 +458,12 @@ class Launcher:
             outcome, reason = "lost", LOST
             detail = "its process ended without leaving an exit status"
         else:
+            not_started = (written or {}).get("not_started")
             outcome, reason = end_of(
                 job.record, status, job.cancel_reason if job.cancel_requested else None,
-                oom=oom)
+                oom=oom, not_started=not_started)
+            if reason == NOT_STARTED:
+                detail = not_started
         try:
             # ScrapydWeb reads a crawl's numbers from the end of its log.
             append_stats(job.files.log, stats, outcome, end_time)
