@@ -19,7 +19,7 @@ from netweir_serve.reliability import cgroupfs
 from netweir_serve.reliability.cgroups import JobGroups
 from netweir_serve.store.records import JobRecord
 
-from .processes import Daemon, wait_until
+from .processes import Daemon, remove_control_groups, wait_until
 from .spiders import HEADER
 from .test_adoption import AdoptionTestCase, parse_time
 from .test_jobs import CrawlTestCase
@@ -171,6 +171,24 @@ class ParentTests(CrawlTestCase):
         with open(books_files.status) as f:
             self.assertNotIn("oom", json.load(f))
 
+    def test_the_last_jobs_parent_removes_the_dirs_group_too(self):
+        # As if the service had died meanwhile: nobody else would.
+        crawl, files, groups = self.start("last1", "books", memory=256 * MIB, cpu=1)
+        self.assertEqual(crawl.wait(120), 0)
+        self.assertEqual(read_exit_status(files.status)["exit_status"], 0)
+        self.assertFalse(any(os.path.exists(os.path.dirname(p)) for p in groups))
+        # The service makes it again for its next job.
+        self.assertEqual(len(self.groups.create("next1", cpu=1)), 1)
+        self.assertEqual(self.groups.remove("next1"), [])
+
+    def test_a_parent_leaves_the_dirs_group_while_another_jobs_group_is_in_it(self):
+        other = self.groups.create("other1", cpu=1)
+        self.addCleanup(self.groups.remove, "other1")
+        crawl, _, groups = self.start("first1", "books", cpu=1)
+        self.assertEqual(crawl.wait(120), 0)
+        self.assertFalse(os.path.exists(groups[0]))
+        self.assertTrue(os.path.isdir(os.path.dirname(other[0])))
+
     def test_the_crawl_is_in_its_group_and_the_parent_outside(self):
         crawl, files, groups = self.start("slow1", "slow", memory=256 * MIB, cpu=0.5)
         # The crawl's pid is in the group once it has started.
@@ -233,19 +251,10 @@ class DaemonTests(AdoptionTestCase):
 
     def new_dir(self):
         directory = super().new_dir()
-        self.addCleanup(self.remove_groups, directory)
+        # Whatever groups of ``directory`` a test left (its daemon killed
+        # with a job running) go, with what is in them.
+        self.addCleanup(remove_control_groups, directory)
         return directory
-
-    def remove_groups(self, directory):
-        """Whatever groups of ``directory`` a test left (its daemon killed
-        with a job running) go, with what is in them."""
-        groups = JobGroups.detect(directory)
-
-        def removed():
-            groups.sweep([])
-            return not groups.leftovers() and not groups.remove_dir_groups()
-
-        wait_until(removed, 10, "the test's control groups to be removed")
 
     def test_a_spider_past_memory_200M_fails_with_reason_memory_while_another_runs_on(self):
         daemon = self.serve(self.new_dir())

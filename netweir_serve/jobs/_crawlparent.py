@@ -22,7 +22,8 @@ starts, so the crawl and all it starts are held to the limit, while the
 parent stays outside, to outlive an OOM kill and report it. At the end the
 parent empties the group, notes whether the kernel killed in it for
 memory (``"oom": true`` in the status file, so a restarted service sees
-it too), and removes it.
+it too), and removes it, and the DIR's group above it if no other job's
+group is left there (so a service that died first leaves nothing).
 
 Run as ``python -c BOOTSTRAP PACKAGE_PARENT STATUS PRIVATE [--cgroup=DIR...]
 crawl ARGS...`` (see process.crawl_command).
@@ -178,6 +179,10 @@ def _end_the_group(groups):
         cgroupfs.kill_members(groups)
         _end_the_rest()
         if not cgroupfs.remove(groups):
+            # The DIR's group too, if no other job's is in it (the kernel
+            # refuses then): with the service gone meanwhile nobody else
+            # would. The service makes it again for its next job.
+            cgroupfs.remove([os.path.dirname(group) for group in groups])
             break
         time.sleep(0.01)
     else:

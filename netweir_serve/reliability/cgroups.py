@@ -54,6 +54,9 @@ JOB_PREFIX = "job-"
 DIR_PREFIX = "netweir-serve-"
 # The CPU quota's period: the kernel's default, 100 ms.
 CPU_PERIOD_US = 100000
+# Tries at making a job's group while job parents remove the DIR's group
+# above it as they leave it empty (jobs/_crawlparent.py).
+DIR_GROUP_ATTEMPTS = 5
 # The least quota the kernel takes (1 ms per period).
 MIN_CPU_QUOTA_US = 1000
 
@@ -309,16 +312,22 @@ class JobGroups:
             place = self.places[controller]
             if place.version == 2:
                 self._delegate_v2(place.base)
-        for path in self._dir_groups(asked):
-            _make_dir(path)
-            if any(self.places[c].version == 2 for c in asked):
-                _enable(path, [c for c in asked if self.places[c].version == 2])
         directories = self.directories(jobid, asked)
         if cgroupfs.remove(directories):
             raise CgroupError(f"the control group of an earlier run of job {jobid}"
                               f" ({', '.join(directories)}) still holds processes")
-        for path in directories:
-            _make_dir(path)
+        for attempt in range(DIR_GROUP_ATTEMPTS):
+            try:
+                self._make_dirs(asked, directories)
+                break
+            except FileNotFoundError:
+                # The last job's parent removed the DIR's group just now
+                # (it does when it leaves it empty): made again.
+                if attempt == DIR_GROUP_ATTEMPTS - 1:
+                    cgroupfs.remove(directories)
+                    raise CgroupError(f"cannot make the control group of job {jobid}:"
+                                      f" the DIR's group above it keeps being removed") \
+                        from None
         try:
             if memory is not None:
                 self._limit_memory(self.directories(jobid, ["memory"])[0],
@@ -330,6 +339,16 @@ class JobGroups:
             cgroupfs.remove(directories)
             raise
         return directories
+
+    def _make_dirs(self, asked, directories):
+        """The DIR's groups (controllers handed on, on v2), then the job's.
+        FileNotFoundError if a DIR's group went in between."""
+        for path in self._dir_groups(asked):
+            _make_dir(path)
+            if any(self.places[c].version == 2 for c in asked):
+                _enable(path, [c for c in asked if self.places[c].version == 2])
+        for path in directories:
+            _make_dir(path, missing_parent_raises=True)
 
     @staticmethod
     def _limit_memory(path, version, size):
@@ -440,11 +459,16 @@ class JobGroups:
         return cgroupfs.remove(self._dir_groups())
 
 
-def _make_dir(path):
+def _make_dir(path, missing_parent_raises=False):
     try:
         os.mkdir(path)
     except FileExistsError:
         pass
+    except FileNotFoundError:
+        if missing_parent_raises:
+            raise
+        raise CgroupError(f"cannot make the control group {path}: its parent is gone") \
+            from None
     except OSError as e:
         raise CgroupError(f"cannot make the control group {path}: {e.strerror}") \
             from None
