@@ -895,6 +895,19 @@ class LimitsTests(unittest.TestCase):
         self.assertFalse(os.path.exists(memory))
         self.assertEqual(self.groups.leftovers(), [])
 
+    def test_a_job_whose_limit_this_node_cannot_enforce_is_left_pending(self):
+        # Only the memory hierarchy here: a cpu-limited job (queued by a
+        # node that can) is left for such a node; the next job runs.
+        only_memory = JobGroups.detect(
+            os.path.abspath(self.mktemp()), f"cgroup {self.memory_root} cgroup rw,memory 0 0\n",
+            "4:memory:/\n")
+        rig = self.rig(groups=only_memory)
+        rig.schedule("cpu", priority=5, policy=JobPolicy(cpu=1.0))
+        rig.schedule("memory", policy=JobPolicy(memory=64 << 20))
+        self.assertEqual((rig.get("cpu").state, rig.get("memory").state),
+                         ("pending", "running"))
+        self.assertEqual(len(rig.reactor.processes), 1)
+
     def test_a_limit_the_service_cannot_enforce_fails_the_job_at_start(self):
         rig = self.rig(groups=None)
         rig.schedule("nolimit", policy=JobPolicy(cpu=1.0))

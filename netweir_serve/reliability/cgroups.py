@@ -280,6 +280,13 @@ class JobGroups:
                 return f"{controller} cannot be limited here: {self.refusals[controller]}"
         return None
 
+    def can_run(self, record):
+        """Whether the limits of ``record``'s policy (a job's record, its
+        ``policy`` a JSON dict) can be enforced here: a node's claim takes
+        no job it cannot (IJobStore.claim_next), another node may."""
+        values = record.policy or {}
+        return all(values.get(c) is None or c in self.places for c in CONTROLLERS)
+
     # -- a job's group ---------------------------------------------------------
 
     def _dir_groups(self, controllers=CONTROLLERS):
