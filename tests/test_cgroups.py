@@ -110,6 +110,28 @@ class V1TreeTests(unittest.TestCase):
         self.assertEqual(cgroupfs.oom_kills([memory]), 2)
         self.assertTrue(self.groups.oom_killed("j"))
 
+    def test_a_service_started_from_another_group_finds_the_last_runs_groups(self):
+        os.makedirs(self.directory)
+        [memory, cpu] = self.groups.create("j", memory=64 * MIB, cpu=1)
+        write(os.path.join(memory, "memory.oom_control"), "oom_kill 1\n")
+        # Restarted from another group of its own: its groups go elsewhere
+        # now, and the last run's are found from DIR/cgroups.json.
+        os.makedirs(os.path.join(self.root, "memory", "process_api", "xyz"))
+        again = JobGroups.detect(self.directory, self.mounts,
+                                 "4:memory:/process_api/xyz\n1:cpu,cpuacct:/\n0::/\n")
+        self.assertNotEqual(again.directories("j", ["memory"]), [memory])
+        self.assertTrue(again.oom_killed("j"))
+        self.assertEqual(again.leftovers(), ["job-j"])
+        os.unlink(os.path.join(memory, "memory.oom_control"))
+        for path in (memory, cpu):
+            for name in os.listdir(path):
+                os.unlink(os.path.join(path, name))
+        self.assertEqual(again.remove("j"), [])
+        self.assertFalse(os.path.exists(os.path.dirname(memory)))
+        self.assertFalse(os.path.exists(os.path.dirname(cpu)))
+        # Gone, and forgotten.
+        self.assertEqual(read(os.path.join(self.directory, "cgroups.json")), "{}")
+
     def test_the_least_cpu_quota_is_the_kernels(self):
         [cpu] = self.groups.create("j", cpu=0.001)
         self.assertEqual(read(os.path.join(cpu, "cpu.cfs_quota_us")), "1000")

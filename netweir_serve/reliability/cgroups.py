@@ -23,7 +23,10 @@ Every job's group lives in a group of the service's DIR,
 ``netweir-serve-<hash of DIR>``, beneath the service's own group, so two
 services on one machine never share one, and is named from the job's id
 (``job-<id>``, folded), so a restarted service finds the group of a job it
-adopts. The limits written:
+adopts. Where the DIR's groups were made is remembered in DIR/cgroups.json:
+a service restarted from another group of its own (so its groups go
+elsewhere now) still finds, reads and removes the last run's. The limits
+written:
 
 - memory: ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1). Swap is
   off for the crawl: ``memory.swap.max`` 0 (v2), and v1's
@@ -41,6 +44,7 @@ reliability/cgroupfs.py, which the crawl's parent uses.
 """
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -51,6 +55,10 @@ CONTROLLERS = ("memory", "cpu")
 # The leaf of a delegated v2 group that its own processes move into (see above).
 V2_LEAF = "service"
 JOB_PREFIX = "job-"
+# The file under DIR that remembers where this DIR's groups have been made
+# ({controller: [DIR group directories]}): a service started from another
+# group of its own finds the groups of the last run's jobs there.
+RECORD_NAME = "cgroups.json"
 DIR_PREFIX = "netweir-serve-"
 # The CPU quota's period: the kernel's default, 100 ms.
 CPU_PERIOD_US = 100000
@@ -203,6 +211,8 @@ class JobGroups:
     places: dict
     refusals: dict
     dir_name: str
+    # DIR/cgroups.json, or None (nothing remembered: a check of options).
+    record_path: str = None
     # v2 bases whose own processes have moved to a leaf and handed on
     # the controllers (done once, at the first job's group).
     _delegated: set = field(default_factory=set)
@@ -257,7 +267,8 @@ class JobGroups:
                     f" use (not in cgroup v2's cgroup.controllers"
                     f"{' at ' + v2_base if v2_base else ''}, no cgroup v1 {controller}"
                     f" hierarchy mounted)")
-        return cls(places, refusals, dir_group_name(directory))
+        return cls(places, refusals, dir_group_name(directory),
+                   os.path.join(directory, RECORD_NAME))
 
     # -- what may be asked -----------------------------------------------------
 
@@ -299,6 +310,63 @@ class JobGroups:
                     found.append(path)
         return found
 
+    def _recorded(self):
+        """{controller: [DIR group directories]} from DIR/cgroups.json."""
+        if self.record_path is None:
+            return {}
+        try:
+            with open(self.record_path, encoding="utf-8") as f:
+                recorded = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(recorded, dict):
+            return {}
+        return {c: [p for p in recorded.get(c, ()) if isinstance(p, str) and os.path.isabs(p)
+                    and os.path.basename(p) == self.dir_name]
+                for c in CONTROLLERS if isinstance(recorded.get(c), list)}
+
+    def _record(self, recorded):
+        if self.record_path is None:
+            return
+        temporary = f"{self.record_path}.{os.getpid()}.tmp"
+        try:
+            with open(temporary, "w", encoding="utf-8") as f:
+                json.dump(recorded, f)
+            os.replace(temporary, self.record_path)
+        except OSError:
+            # No DIR (a test's, an option check): the groups of this start
+            # are still found from the service's own group.
+            pass
+
+    def _remember(self, controllers):
+        """Adds where ``controllers``' DIR groups are now to the record."""
+        recorded = self._recorded()
+        changed = False
+        for controller in controllers:
+            path = os.path.join(self.places[controller].base, self.dir_name)
+            paths = recorded.setdefault(controller, [])
+            if path not in paths:
+                paths.append(path)
+                changed = True
+        if changed:
+            self._record(recorded)
+
+    def _known_dir_groups(self, controllers=CONTROLLERS):
+        """This DIR's groups where they are made now and where earlier
+        starts (from other groups of their own) made them."""
+        found = self._dir_groups(controllers)
+        recorded = self._recorded()
+        for controller in controllers:
+            for path in recorded.get(controller, ()):
+                if path not in found:
+                    found.append(path)
+        return found
+
+    def _existing(self, jobid, controllers=CONTROLLERS):
+        name = job_group_name(jobid)
+        return [os.path.join(path, name) for path in self._known_dir_groups(controllers)
+                if os.path.isdir(os.path.join(path, name))]
+
     def directories(self, jobid, controllers=CONTROLLERS):
         """The directories of ``jobid``'s group, one per hierarchy of the
         ``controllers`` (whether they exist or not)."""
@@ -320,6 +388,7 @@ class JobGroups:
             if place.version == 2:
                 self._delegate_v2(place.base)
         directories = self.directories(jobid, asked)
+        self._remember(asked)
         if cgroupfs.remove(directories):
             raise CgroupError(f"the control group of an earlier run of job {jobid}"
                               f" ({', '.join(directories)}) still holds processes")
@@ -416,7 +485,7 @@ class JobGroups:
 
     def oom_killed(self, jobid):
         """Whether the kernel killed a process of ``jobid``'s group for memory."""
-        return bool(cgroupfs.oom_kills(self.directories(jobid, ["memory"])))
+        return bool(cgroupfs.oom_kills(self._existing(jobid, ["memory"])))
 
     def remove(self, jobid):
         """Removes ``jobid``'s group, killing what is still in it first,
@@ -424,7 +493,7 @@ class JobGroups:
         service killed while no limited job ran leaves nothing behind).
         Returns the directories of the job's group that are still there (a
         process in them not gone yet): a later try or sweep takes them."""
-        directories = self.directories(jobid)
+        directories = self._existing(jobid)
         cgroupfs.kill_members(directories)
         left = cgroupfs.remove(directories)
         if not left:
@@ -435,7 +504,7 @@ class JobGroups:
     def leftovers(self):
         """The names of the job groups of this DIR that exist now."""
         found = set()
-        for path in self._dir_groups():
+        for path in self._known_dir_groups():
             try:
                 names = os.listdir(path)
             except OSError:
@@ -454,7 +523,7 @@ class JobGroups:
         for name in self.leftovers():
             if name in keep:
                 continue
-            directories = [os.path.join(p, name) for p in self._dir_groups()]
+            directories = self._existing(name[len(JOB_PREFIX):])
             cgroupfs.kill_members(directories)
             if not cgroupfs.remove(directories):
                 removed.append(name)
@@ -462,8 +531,14 @@ class JobGroups:
         return removed
 
     def remove_dir_groups(self):
-        """Removes this DIR's groups if no job group is left in them."""
-        return cgroupfs.remove(self._dir_groups())
+        """Removes this DIR's groups if no job group is left in them (where
+        earlier starts made them too); those gone are forgotten."""
+        left = cgroupfs.remove(self._known_dir_groups())
+        recorded = self._recorded()
+        kept = {c: [p for p in paths if p in left] for c, paths in recorded.items()}
+        if kept != recorded:
+            self._record({c: paths for c, paths in kept.items() if paths})
+        return left
 
 
 def _make_dir(path, missing_parent_raises=False):
