@@ -43,10 +43,13 @@ class Hog(netweir.Spider):
 '''
 
 
-def here():
-    """This machine's JobGroups for a fresh DIR; the test is skipped only
-    where the machine has no cgroup memory and cpu controllers to use."""
-    groups = JobGroups.detect(tempfile.mkdtemp(prefix="limits-dir-"))
+def here(test):
+    """This machine's JobGroups for a fresh DIR of ``test``'s; the test is
+    skipped only where the machine has no cgroup memory and cpu
+    controllers to use."""
+    directory = os.path.abspath(test.mktemp())
+    os.makedirs(directory)
+    groups = JobGroups.detect(directory)
     if groups.available() != {"memory": True, "cpu": True}:
         raise unittest.SkipTest(f"no cgroup limits here: {groups.refusals}")
     return groups
@@ -59,7 +62,7 @@ def read(path):
 
 class RealGroupTests(unittest.TestCase):
     def setUp(self):
-        self.groups = here()
+        self.groups = here(self)
         self.addCleanup(self.groups.remove_dir_groups)
 
     def test_limits_are_written_in_the_machines_hierarchies_and_removed(self):
@@ -122,7 +125,7 @@ class ParentTests(CrawlTestCase):
 
     def setUp(self):
         super().setUp()
-        self.groups = here()
+        self.groups = here(self)
         self.addCleanup(self.groups.remove_dir_groups)
         with open(os.path.join(self.shop, "hog.py"), "w") as f:
             f.write(HEADER.format(site=self.site.base) + HOG)
@@ -242,7 +245,7 @@ class DaemonTests(AdoptionTestCase):
 
     def setUp(self):
         super().setUp()
-        here()
+        here(self)
         with open(os.path.join(self.shop, "hog.py"), "w") as f:
             f.write(HEADER.format(site=self.site.base) + HOG)
 
@@ -264,11 +267,11 @@ class DaemonTests(AdoptionTestCase):
         entry = daemon.wait_state(hog, "finished", timeout=120)
         self.assertEqual((entry["outcome"], entry["reason"], entry["exit_status"]),
                          ("failed", "memory", -9))
-        # The other crawl was running when the kernel killed the hog, and
-        # runs on to its end.
-        self.assertEqual(daemon.find(other)[0], "running")
+        # The other crawl was running when the kernel killed the hog (it
+        # started before the hog and ended after it), and ran on to its end.
         done = daemon.wait_state(other, "finished", timeout=120)
         self.assertEqual((done["outcome"], done["reason"]), ("finished", "exit 0"))
+        self.assertLess(parse_time(done["start_time"]), parse_time(entry["start_time"]))
         self.assertGreater(parse_time(done["end_time"]), parse_time(entry["end_time"]))
         self.assertComplete(daemon, done, 60)
         self.assertEqual(self.groups_of(daemon).leftovers(), [])
@@ -326,6 +329,21 @@ class DaemonTests(AdoptionTestCase):
         wait_until(lambda: not os.path.exists(cpu), 10, "the group to be removed")
         self.assertEqual(groups.leftovers(), [])
         self.assertNothingLeft(again)
+
+    def test_the_start_removes_a_leftover_group_of_no_running_job(self):
+        # A job group of this DIR that no job in the table runs (its job
+        # ended while no service watched and its parent was killed), and
+        # the DIR's group: the start sweeps both (Launcher.sweep_groups).
+        directory = self.new_dir()
+        groups = JobGroups.detect(directory)
+        made = groups.create("ghost", memory=64 * MIB, cpu=1)
+        self.assertEqual(groups.leftovers(), ["job-ghost"])
+        daemon = self.serve(directory)
+        wait_until(lambda: not any(os.path.exists(p) for p in made), 10,
+                   "the leftover group to be removed")
+        self.assertEqual(groups.leftovers(), [])
+        self.assertFalse(any(os.path.exists(os.path.dirname(p)) for p in made))
+        self.assertNothingLeft(daemon)
 
 
 # The daemon in a mount namespace of its own with every cgroup hierarchy

@@ -3,7 +3,6 @@ _KEY parameters), how the three combine, and the reason every ended job
 gets: over real HTTP against a real service, and end_of's rule alone."""
 
 import os
-import tempfile
 
 from twisted.trial import unittest
 
@@ -71,7 +70,8 @@ class EndOfTests(unittest.TestCase):
 
 class PolicyOptionTests(unittest.TestCase):
     def setUp(self):
-        self.folder = tempfile.mkdtemp()
+        self.folder = os.path.abspath(self.mktemp())
+        os.makedirs(self.folder)
         with open(os.path.join(self.folder, "shop.py"), "w") as f:
             f.write(SPIDERS)
 
@@ -106,7 +106,7 @@ class GivenOverHttpTests(unittest.TestCase):
     """A real service with two rules: what each place gives, and what wins."""
 
     def setUp(self):
-        base = tempfile.mkdtemp()
+        base = os.path.abspath(self.mktemp())
         folder = os.path.join(base, "shop")
         os.makedirs(folder)
         with open(os.path.join(folder, "shop.py"), "w") as f:
