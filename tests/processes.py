@@ -218,7 +218,9 @@ class Daemon:
             return []
 
     def kill(self):
-        """Kills the daemon and its running jobs' process groups (cleanup)."""
+        """Kills the daemon and its running jobs' process groups (cleanup),
+        and removes the control groups its DIR's jobs had: their parents,
+        killed with them, could not."""
         if self.process is None:
             return
         if self.process.poll() is None:
@@ -227,6 +229,21 @@ class Daemon:
         self.process.wait()
         if not self._output.closed:
             self._output.close()
+        remove_control_groups(os.path.join(ROOT, self.directory))
+
+
+def remove_control_groups(directory, timeout=10):
+    """Removes every control group of the jobs of the service of
+    ``directory``, and its DIR's own, killing what is in them: a test
+    leaves none on the machine."""
+    from netweir_serve.reliability.cgroups import JobGroups
+    groups = JobGroups.detect(directory)
+
+    def removed():
+        groups.sweep([])
+        return not groups.leftovers() and not groups.remove_dir_groups()
+
+    wait_until(removed, timeout, f"the control groups of {directory} to be removed")
 
 
 _SHARED = {}

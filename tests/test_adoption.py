@@ -917,6 +917,10 @@ class ReadExitStatusTests(unittest.TestCase):
                          {"exit_status": -9, "end_time": 2.0, "oom": True})
         path = self.write('{"exit_status": -9, "end_time": 2, "oom": 1}')
         self.assertEqual(read_exit_status(path), {"exit_status": -9, "end_time": 2.0})
+        # The crawl could not join its control group: it never started.
+        path = self.write('{"exit_status": 127, "end_time": 2, "not_started": "why"}')
+        self.assertEqual(read_exit_status(path),
+                         {"exit_status": 127, "end_time": 2.0, "not_started": "why"})
 
     def test_missing_or_garbled(self):
         self.assertIsNone(read_exit_status(self.mktemp()))
@@ -1068,6 +1072,15 @@ class SettleTests(unittest.TestCase):
         self.assertEqual(self.get("oom").reason, "memory")
         # The control groups of jobs no longer running are swept once settled.
         self.assertEqual(launcher.swept, 1)
+
+    def test_a_crawl_that_could_not_join_its_group_ends_not_started(self):
+        self.running("nojoin", 1, "b:1")
+        self.status("nojoin", {"exit_status": 127, "end_time": 101.0,
+                               "not_started": "the crawl could not join its control group"})
+        _, _, ended = self.settle()
+        record = self.get("nojoin")
+        self.assertEqual((ended["nojoin"].outcome, record.reason, record.detail),
+                         ("failed", "not started", "the crawl could not join its control group"))
 
     def test_a_process_that_ends_as_it_is_adopted_is_settled(self):
         self.running("a", 100, "boot:5")

@@ -85,6 +85,8 @@ class V1TreeTests(unittest.TestCase):
         cpu = os.path.join(self.cpu, name, "job-shop-job1")
         self.assertEqual(made, [memory, cpu])
         self.assertEqual(read(os.path.join(memory, "memory.limit_in_bytes")), str(200 * MIB))
+        # Swap accounting or not, the group's pages are never swapped.
+        self.assertEqual(read(os.path.join(memory, "memory.swappiness")), "0")
         self.assertEqual(read(os.path.join(cpu, "cpu.cfs_period_us")), "100000")
         self.assertEqual(read(os.path.join(cpu, "cpu.cfs_quota_us")), "20000")
         # The same job id in any case is the same group.
@@ -108,6 +110,28 @@ class V1TreeTests(unittest.TestCase):
         self.assertEqual(cgroupfs.oom_kills([memory]), 2)
         self.assertTrue(self.groups.oom_killed("j"))
 
+    def test_a_service_started_from_another_group_finds_the_last_runs_groups(self):
+        os.makedirs(self.directory)
+        [memory, cpu] = self.groups.create("j", memory=64 * MIB, cpu=1)
+        write(os.path.join(memory, "memory.oom_control"), "oom_kill 1\n")
+        # Restarted from another group of its own: its groups go elsewhere
+        # now, and the last run's are found from DIR/cgroups.json.
+        os.makedirs(os.path.join(self.root, "memory", "process_api", "xyz"))
+        again = JobGroups.detect(self.directory, self.mounts,
+                                 "4:memory:/process_api/xyz\n1:cpu,cpuacct:/\n0::/\n")
+        self.assertNotEqual(again.directories("j", ["memory"]), [memory])
+        self.assertTrue(again.oom_killed("j"))
+        self.assertEqual(again.leftovers(), ["job-j"])
+        os.unlink(os.path.join(memory, "memory.oom_control"))
+        for path in (memory, cpu):
+            for name in os.listdir(path):
+                os.unlink(os.path.join(path, name))
+        self.assertEqual(again.remove("j"), [])
+        self.assertFalse(os.path.exists(os.path.dirname(memory)))
+        self.assertFalse(os.path.exists(os.path.dirname(cpu)))
+        # Gone, and forgotten.
+        self.assertEqual(read(os.path.join(self.directory, "cgroups.json")), "{}")
+
     def test_the_least_cpu_quota_is_the_kernels(self):
         [cpu] = self.groups.create("j", cpu=0.001)
         self.assertEqual(read(os.path.join(cpu, "cpu.cfs_quota_us")), "1000")
@@ -125,6 +149,10 @@ class V2TreeTests(unittest.TestCase):
         write(os.path.join(self.unit, "cgroup.procs"), "4242\n")
         # The kernel makes cgroup.procs with the group; a temp tree cannot.
         write(os.path.join(self.unit, "service", "cgroup.procs"), "")
+        write(os.path.join(self.unit, "cgroup.type"), "domain\n")
+        # What systemd marks a unit with Delegate=yes with (user.* here:
+        # the test's user may set it, root or not).
+        os.setxattr(self.unit, "user.delegate", b"1")
         self.mounts = f"cgroup2 {self.root} cgroup2 rw,nsdelegate 0 0\n"
         self.directory = os.path.abspath(self.mktemp())
         self.groups = JobGroups.detect(self.directory, self.mounts,
@@ -158,6 +186,34 @@ class V2TreeTests(unittest.TestCase):
         again = JobGroups.detect(self.directory, self.mounts,
                                  "0::/system.slice/netweir.service/service\n")
         self.assertEqual(again.places["memory"].base, self.unit)
+
+
+    def test_a_writable_unit_without_the_delegate_mark_is_not_delegated_to_root(self):
+        # Root may write every group: a unit without Delegate=yes is not
+        # the service's to divide, and none of its processes is moved.
+        os.removexattr(self.unit, "user.delegate")
+        groups = JobGroups.detect(self.directory, self.mounts,
+                                  "0::/system.slice/netweir.service\n", euid=0)
+        self.assertEqual(groups.available(), {"memory": False, "cpu": False})
+        self.assertIn("is not delegated", groups.refusal(JobPolicy(memory=64 * MIB)))
+        self.assertRaises(CgroupError, groups.create, "j", memory=64 * MIB)
+        self.assertEqual(read(os.path.join(self.unit, "cgroup.procs")), "4242\n")
+
+    def test_the_systemd_delegate_mark_makes_it_delegated_to_root(self):
+        groups = JobGroups.detect(self.directory, self.mounts,
+                                  "0::/system.slice/netweir.service\n", euid=0)
+        self.assertEqual(groups.available(), {"memory": True, "cpu": True})
+
+    def test_a_unit_owned_by_the_services_user_is_delegated_to_it(self):
+        os.removexattr(self.unit, "user.delegate")
+        owner = os.stat(self.unit).st_uid
+        if owner == 0:
+            # Made by root: give it to a user, as a user's delegation does.
+            owner = 4321
+            os.chown(self.unit, owner, -1)
+        groups = JobGroups.detect(self.directory, self.mounts,
+                                  "0::/system.slice/netweir.service\n", euid=owner)
+        self.assertEqual(groups.available(), {"memory": True, "cpu": True})
 
 
 class NoCgroupsTests(unittest.TestCase):
@@ -225,9 +281,28 @@ class SubmitterRefusalTests(unittest.TestCase):
 
 
 class V2RootTests(unittest.TestCase):
+    def test_a_container_namespaces_root_moves_its_processes_to_the_leaf(self):
+        # --cgroupns=private: /proc/self/cgroup says 0::/ and the group is
+        # the mount point, but it is not the true root (it has a
+        # cgroup.type): v2's rule holds, its processes must move.
+        root = os.path.abspath(self.mktemp())
+        write(os.path.join(root, "cgroup.controllers"), "cpu memory pids\n")
+        write(os.path.join(root, "cgroup.subtree_control"), "")
+        write(os.path.join(root, "cgroup.type"), "domain\n")
+        write(os.path.join(root, "cgroup.procs"), "1\n4242\n")
+        write(os.path.join(root, "service", "cgroup.procs"), "")
+        groups = JobGroups.detect(self.mktemp(), f"cgroup2 {root} cgroup2 rw 0 0\n",
+                                  "0::/\n", euid=0)
+        self.assertEqual(groups.available(), {"memory": True, "cpu": True})
+        [made] = groups.create("j", memory=64 * MIB)
+        self.assertEqual(os.path.dirname(os.path.dirname(made)), root)
+        # A temp tree's cgroup.procs takes each write whole: the last pid.
+        self.assertEqual(read(os.path.join(root, "service", "cgroup.procs")), "4242")
+        self.assertEqual(read(os.path.join(root, "cgroup.subtree_control")), "+memory +cpu")
+
     def test_a_service_in_the_root_group_moves_nothing(self):
-        # The root group may hold processes and hand controllers on: its
-        # processes are the machine's, and none of them is moved.
+        # The true root (no cgroup.type) may hold processes and hand
+        # controllers on: its processes are the machine's, none is moved.
         root = os.path.abspath(self.mktemp())
         write(os.path.join(root, "cgroup.controllers"), "cpu memory\n")
         write(os.path.join(root, "cgroup.subtree_control"), "")

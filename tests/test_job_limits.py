@@ -19,7 +19,7 @@ from netweir_serve.reliability import cgroupfs
 from netweir_serve.reliability.cgroups import JobGroups
 from netweir_serve.store.records import JobRecord
 
-from .processes import Daemon, wait_until
+from .processes import Daemon, remove_control_groups, wait_until
 from .spiders import HEADER
 from .test_adoption import AdoptionTestCase, parse_time
 from .test_jobs import CrawlTestCase
@@ -43,10 +43,13 @@ class Hog(netweir.Spider):
 '''
 
 
-def here():
-    """This machine's JobGroups for a fresh DIR; the test is skipped only
-    where the machine has no cgroup memory and cpu controllers to use."""
-    groups = JobGroups.detect(tempfile.mkdtemp(prefix="limits-dir-"))
+def here(test):
+    """This machine's JobGroups for a fresh DIR of ``test``'s; the test is
+    skipped only where the machine has no cgroup memory and cpu
+    controllers to use."""
+    directory = os.path.abspath(test.mktemp())
+    os.makedirs(directory)
+    groups = JobGroups.detect(directory)
     if groups.available() != {"memory": True, "cpu": True}:
         raise unittest.SkipTest(f"no cgroup limits here: {groups.refusals}")
     return groups
@@ -59,7 +62,7 @@ def read(path):
 
 class RealGroupTests(unittest.TestCase):
     def setUp(self):
-        self.groups = here()
+        self.groups = here(self)
         self.addCleanup(self.groups.remove_dir_groups)
 
     def test_limits_are_written_in_the_machines_hierarchies_and_removed(self):
@@ -71,6 +74,7 @@ class RealGroupTests(unittest.TestCase):
         if self.groups.places["memory"].version == 1:
             self.assertEqual(read(os.path.join(memory, "memory.limit_in_bytes")),
                              str(200 * MIB))
+            self.assertEqual(read(os.path.join(memory, "memory.swappiness")).strip(), "0")
             if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
                 # No swap: memory and swap together at the same limit.
                 self.assertEqual(read(os.path.join(memory, "memory.memsw.limit_in_bytes")),
@@ -121,21 +125,22 @@ class ParentTests(CrawlTestCase):
 
     def setUp(self):
         super().setUp()
-        self.groups = here()
+        self.groups = here(self)
         self.addCleanup(self.groups.remove_dir_groups)
         with open(os.path.join(self.shop, "hog.py"), "w") as f:
             f.write(HEADER.format(site=self.site.base) + HOG)
         self.dir = os.path.join(self.base, "dir")
 
-    def start(self, jobid, spider, memory=None, cpu=None):
-        """Starts ``spider``'s job as the launcher does; (process, files, groups)."""
+    def start(self, jobid, spider, memory=None, cpu=None, groups=None):
+        """Starts ``spider``'s job as the launcher does; (process, files, groups)
+        (``groups``: directories to give it, made or not, instead)."""
         record = JobRecord(id=jobid, project="shop", spider=spider,
                            spider_file=os.path.join(self.shop, spider + ".py"),
                            settings=(("throttle", "false"),), start_time=1.0)
         files = job_files(self.dir, "shop", spider, jobid)
         for path in files.all():
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        groups = []
+        groups = groups or []
         if memory is not None or cpu is not None:
             groups = self.groups.create(jobid, memory=memory, cpu=cpu)
             self.addCleanup(self.groups.remove, jobid)
@@ -168,6 +173,24 @@ class ParentTests(CrawlTestCase):
             self.assertEqual(len(f.read().splitlines()), 30)
         with open(books_files.status) as f:
             self.assertNotIn("oom", json.load(f))
+
+    def test_the_last_jobs_parent_removes_the_dirs_group_too(self):
+        # As if the service had died meanwhile: nobody else would.
+        crawl, files, groups = self.start("last1", "books", memory=256 * MIB, cpu=1)
+        self.assertEqual(crawl.wait(120), 0)
+        self.assertEqual(read_exit_status(files.status)["exit_status"], 0)
+        self.assertFalse(any(os.path.exists(os.path.dirname(p)) for p in groups))
+        # The service makes it again for its next job.
+        self.assertEqual(len(self.groups.create("next1", cpu=1)), 1)
+        self.assertEqual(self.groups.remove("next1"), [])
+
+    def test_a_parent_leaves_the_dirs_group_while_another_jobs_group_is_in_it(self):
+        other = self.groups.create("other1", cpu=1)
+        self.addCleanup(self.groups.remove, "other1")
+        crawl, _, groups = self.start("first1", "books", cpu=1)
+        self.assertEqual(crawl.wait(120), 0)
+        self.assertFalse(os.path.exists(groups[0]))
+        self.assertTrue(os.path.isdir(os.path.dirname(other[0])))
 
     def test_the_crawl_is_in_its_group_and_the_parent_outside(self):
         crawl, files, groups = self.start("slow1", "slow", memory=256 * MIB, cpu=0.5)
@@ -202,12 +225,27 @@ class ParentTests(CrawlTestCase):
         self.assertEqual(limited_settings((("a", "1"),), None), (("a", "1"),))
 
 
+class JoinRefusedTests(CrawlTestCase):
+    """A crawl whose control group cannot be joined (gone since it was
+    made): the parent says it never started. No real group needed."""
+
+    def test_the_parent_writes_not_started_with_the_reason(self):
+        self.dir = os.path.join(self.base, "dir")
+        gone = os.path.join(self.base, "no-such-group")
+        process, files, _ = ParentTests.start(self, "nojoin", "books", groups=[gone])
+        self.assertEqual(process.wait(60), 0)
+        written = read_exit_status(files.status)
+        self.assertEqual(written["exit_status"], 127)
+        self.assertIn("could not join its control group", written["not_started"])
+        self.assertIn("No such file or directory", written["not_started"])
+
+
 class DaemonTests(AdoptionTestCase):
     """The real daemon, jobs queued with ``_memory=`` and ``_cpu=``."""
 
     def setUp(self):
         super().setUp()
-        here()
+        here(self)
         with open(os.path.join(self.shop, "hog.py"), "w") as f:
             f.write(HEADER.format(site=self.site.base) + HOG)
 
@@ -216,19 +254,10 @@ class DaemonTests(AdoptionTestCase):
 
     def new_dir(self):
         directory = super().new_dir()
-        self.addCleanup(self.remove_groups, directory)
+        # Whatever groups of ``directory`` a test left (its daemon killed
+        # with a job running) go, with what is in them.
+        self.addCleanup(remove_control_groups, directory)
         return directory
-
-    def remove_groups(self, directory):
-        """Whatever groups of ``directory`` a test left (its daemon killed
-        with a job running) go, with what is in them."""
-        groups = JobGroups.detect(directory)
-
-        def removed():
-            groups.sweep([])
-            return not groups.leftovers() and not groups.remove_dir_groups()
-
-        wait_until(removed, 10, "the test's control groups to be removed")
 
     def test_a_spider_past_memory_200M_fails_with_reason_memory_while_another_runs_on(self):
         daemon = self.serve(self.new_dir())
@@ -238,11 +267,11 @@ class DaemonTests(AdoptionTestCase):
         entry = daemon.wait_state(hog, "finished", timeout=120)
         self.assertEqual((entry["outcome"], entry["reason"], entry["exit_status"]),
                          ("failed", "memory", -9))
-        # The other crawl was running when the kernel killed the hog, and
-        # runs on to its end.
-        self.assertEqual(daemon.find(other)[0], "running")
+        # The other crawl was running when the kernel killed the hog (it
+        # started before the hog and ended after it), and ran on to its end.
         done = daemon.wait_state(other, "finished", timeout=120)
         self.assertEqual((done["outcome"], done["reason"]), ("finished", "exit 0"))
+        self.assertLess(parse_time(done["start_time"]), parse_time(entry["start_time"]))
         self.assertGreater(parse_time(done["end_time"]), parse_time(entry["end_time"]))
         self.assertComplete(daemon, done, 60)
         self.assertEqual(self.groups_of(daemon).leftovers(), [])
@@ -300,6 +329,21 @@ class DaemonTests(AdoptionTestCase):
         wait_until(lambda: not os.path.exists(cpu), 10, "the group to be removed")
         self.assertEqual(groups.leftovers(), [])
         self.assertNothingLeft(again)
+
+    def test_the_start_removes_a_leftover_group_of_no_running_job(self):
+        # A job group of this DIR that no job in the table runs (its job
+        # ended while no service watched and its parent was killed), and
+        # the DIR's group: the start sweeps both (Launcher.sweep_groups).
+        directory = self.new_dir()
+        groups = JobGroups.detect(directory)
+        made = groups.create("ghost", memory=64 * MIB, cpu=1)
+        self.assertEqual(groups.leftovers(), ["job-ghost"])
+        daemon = self.serve(directory)
+        wait_until(lambda: not any(os.path.exists(p) for p in made), 10,
+                   "the leftover group to be removed")
+        self.assertEqual(groups.leftovers(), [])
+        self.assertFalse(any(os.path.exists(os.path.dirname(p)) for p in made))
+        self.assertNothingLeft(daemon)
 
 
 # The daemon in a mount namespace of its own with every cgroup hierarchy

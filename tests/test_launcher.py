@@ -854,6 +854,20 @@ class LimitsTests(unittest.TestCase):
                          ("failed", "memory", -9))
         self.assertEqual(self.groups.leftovers(), [])
 
+    def test_a_crawl_that_could_not_join_its_group_ends_not_started(self):
+        rig = self.rig()
+        rig.schedule("nojoin", policy=JobPolicy(memory=64 << 20))
+        path = job_files(rig.dir, "shop", "books", "nojoin").status
+        with open(path, "w") as f:
+            f.write('{"exit_status": 127, "end_time": 5.0, "crawl_pid": 7,'
+                    ' "not_started": "the crawl could not join its control group: gone"}')
+        self.empty(self.groups.directories("nojoin", ["memory"]))
+        rig.exit("nojoin", 0)
+        record = rig.get("nojoin")
+        self.assertEqual((record.outcome, record.reason, record.detail),
+                         ("failed", "not started",
+                          "the crawl could not join its control group: gone"))
+
     def test_a_parent_killed_before_writing_its_status_the_group_tells(self):
         rig = self.rig()
         rig.schedule("hog", policy=JobPolicy(memory=64 << 20))
@@ -869,6 +883,30 @@ class LimitsTests(unittest.TestCase):
         os.unlink(os.path.join(memory, "memory.oom_control"))
         rig.reactor.advance(0.1)
         self.assertFalse(os.path.exists(memory))
+
+    def test_a_job_another_node_recorded_lost_loses_its_group_after_the_kill(self):
+        rig = self.rig()
+        rig.schedule("gone", policy=JobPolicy(memory=64 << 20))
+        [memory] = self.groups.directories("gone", ["memory"])
+        self.assertTrue(rig.launcher.drop("gone"))
+        self.empty([memory])
+        self.assertTrue(os.path.exists(memory))
+        rig.reactor.advance(launcher_module.KILL_FALLBACK_SECONDS)
+        self.assertFalse(os.path.exists(memory))
+        self.assertEqual(self.groups.leftovers(), [])
+
+    def test_a_job_whose_limit_this_node_cannot_enforce_is_left_pending(self):
+        # Only the memory hierarchy here: a cpu-limited job (queued by a
+        # node that can) is left for such a node; the next job runs.
+        only_memory = JobGroups.detect(
+            os.path.abspath(self.mktemp()), f"cgroup {self.memory_root} cgroup rw,memory 0 0\n",
+            "4:memory:/\n")
+        rig = self.rig(groups=only_memory)
+        rig.schedule("cpu", priority=5, policy=JobPolicy(cpu=1.0))
+        rig.schedule("memory", policy=JobPolicy(memory=64 << 20))
+        self.assertEqual((rig.get("cpu").state, rig.get("memory").state),
+                         ("pending", "running"))
+        self.assertEqual(len(rig.reactor.processes), 1)
 
     def test_a_limit_the_service_cannot_enforce_fails_the_job_at_start(self):
         rig = self.rig(groups=None)

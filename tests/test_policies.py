@@ -84,3 +84,28 @@ class ServedTests(unittest.TestCase):
         self.assertEqual(alone.waits_for(job("4", project="news")),
                          "a service that serves project news: this one was started without"
                          " --project news")
+
+
+class EnforceableLimitsTests(unittest.TestCase):
+    def test_a_job_asking_for_a_limit_this_node_cannot_enforce_says_it_waits(self):
+        limited = JobRecord(id="m", project="shop", spider="s", spider_file="/f",
+                            policy={"memory": 200 << 20, "timeout": 60})
+        plain = JobRecord(id="p", project="shop", spider="s", spider_file="/f",
+                          policy={"timeout": 60})
+        cannot = runpolicy.EnforceableLimits({"memory": False, "cpu": True}, shared=True)
+        self.assertEqual(cannot.waits_for(limited),
+                         "a node that can limit memory: this one cannot, and only a node"
+                         " that can will take it")
+        self.assertIsNone(cannot.waits_for(plain))
+        alone = runpolicy.EnforceableLimits({"memory": False, "cpu": False}, shared=False)
+        self.assertEqual(alone.waits_for(limited),
+                         "a node that can limit memory: this service cannot")
+        can = runpolicy.EnforceableLimits({"memory": True, "cpu": True}, shared=False)
+        self.assertIsNone(can.waits_for(limited))
+
+    def test_the_claim_skips_what_the_node_cannot_run(self):
+        jobs = [JobRecord(id=i, project="shop", spider="s" + i, spider_file="/f")
+                for i in ("a", "b")]
+        self.assertEqual(runpolicy.first_that_may_run([], jobs, can_run=lambda r: r.id != "a"),
+                         jobs[1])
+        self.assertIsNone(runpolicy.first_that_may_run([], jobs, can_run=lambda r: False))

@@ -3,7 +3,6 @@ _KEY parameters), how the three combine, and the reason every ended job
 gets: over real HTTP against a real service, and end_of's rule alone."""
 
 import os
-import tempfile
 
 from twisted.trial import unittest
 
@@ -62,10 +61,17 @@ class EndOfTests(unittest.TestCase):
         # A cancel asked first stands: the job was being stopped anyway.
         self.assertEqual(end_of(job, -9, "timeout", oom=True), ("cancelled", "timeout"))
 
+    def test_a_memory_kill_the_crawl_outlived_is_not_its_end(self):
+        # A worker killed at the limit while the crawl itself exited 0.
+        job = JobRecord(id="a", project="p", spider="s", spider_file="f")
+        self.assertEqual(end_of(job, 0, oom=True), ("finished", "exit 0"))
+        self.assertEqual(end_of(job, 1, oom=True), ("failed", "memory"))
+
 
 class PolicyOptionTests(unittest.TestCase):
     def setUp(self):
-        self.folder = tempfile.mkdtemp()
+        self.folder = os.path.abspath(self.mktemp())
+        os.makedirs(self.folder)
         with open(os.path.join(self.folder, "shop.py"), "w") as f:
             f.write(SPIDERS)
 
@@ -100,7 +106,7 @@ class GivenOverHttpTests(unittest.TestCase):
     """A real service with two rules: what each place gives, and what wins."""
 
     def setUp(self):
-        base = tempfile.mkdtemp()
+        base = os.path.abspath(self.mktemp())
         folder = os.path.join(base, "shop")
         os.makedirs(folder)
         with open(os.path.join(folder, "shop.py"), "w") as f:

@@ -292,6 +292,28 @@ class JobStoreContract:
                          ["c", None])
 
     @defer.inlineCallbacks
+    def test_a_node_claims_no_job_it_cannot_run_and_another_node_may(self):
+        # A node that cannot enforce a memory limit (cluster: any node may
+        # claim, not only the one that took the request).
+        limited = JobRecord(id="limited", project="shop", spider="books", spider_file="/p",
+                            priority=5, policy={"memory": 200 << 20})
+        yield self.add_all(limited, record("plain"))
+        seen = []
+
+        def no_memory(candidate):
+            seen.append(candidate.id)
+            return (candidate.policy or {}).get("memory") is None
+
+        claimed = yield self.store.claim_next(NODE_A, ["shop"], 1.0, None, no_memory)
+        self.assertEqual(claimed.id, "plain")
+        # The predicate read the policy the claim took from the table.
+        self.assertIn("limited", seen)
+        self.assertIsNone((yield self.store.claim_next(NODE_A, ["shop"], 1.0, None, no_memory)))
+        self.assertEqual((yield self.store.get("limited")).state, "pending")
+        claimed = yield self.store.claim_next(NODE_B, ["shop"], 1.0, None, lambda r: True)
+        self.assertEqual((claimed.id, claimed.node), ("limited", NODE_B))
+
+    @defer.inlineCallbacks
     def test_locks_and_the_schedule_read_back(self):
         lock = policies.schedule_lock("Nightly")
         added = yield self.store.add(JobRecord(

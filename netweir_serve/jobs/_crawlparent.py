@@ -22,7 +22,8 @@ starts, so the crawl and all it starts are held to the limit, while the
 parent stays outside, to outlive an OOM kill and report it. At the end the
 parent empties the group, notes whether the kernel killed in it for
 memory (``"oom": true`` in the status file, so a restarted service sees
-it too), and removes it.
+it too), and removes it, and the DIR's group above it if no other job's
+group is left there (so a service that died first leaves nothing).
 
 Run as ``python -c BOOTSTRAP PACKAGE_PARENT STATUS PRIVATE [--cgroup=DIR...]
 crawl ARGS...`` (see process.crawl_command).
@@ -63,20 +64,31 @@ def _start(private_path, crawl_argv, groups=()):
     """Forks the crawl: in the child, netweir runs as ``python -m netweir``
     would, with the settings and arguments of the private file (read, then
     deleted) after ``crawl_argv``, inside the control group whose
-    directories are ``groups`` (if any). Returns the child's pid."""
+    directories are ``groups`` (if any). Returns the child's pid and, with
+    ``groups``, the read end of a pipe on which the child says why it could
+    not join them (nothing: it did), else None."""
+    told = os.pipe() if groups else None
     pid = os.fork()
     if pid != 0:
-        return pid
+        if told is None:
+            return pid, None
+        os.close(told[1])
+        return pid, told[0]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     if groups:
+        os.close(told[0])
         try:
             # Before anything of the crawl's runs: a limit asked is never
             # left unenforced.
             _cgroupfs().join(groups, os.getpid())
         except OSError as e:
-            os.write(2, f"netweir-serve: cannot join the job's control group: {e}\n".encode())
+            why = f"the crawl could not join its control group: {e}"
+            os.write(2, f"netweir-serve: {why}\n".encode())
+            os.write(told[1], why.encode("utf-8", "replace")[:1024])
             os._exit(CANNOT_RUN)
+        # Nothing the crawl starts holds the pipe open.
+        os.close(told[1])
     import json
     import runpy
 
@@ -167,6 +179,10 @@ def _end_the_group(groups):
         cgroupfs.kill_members(groups)
         _end_the_rest()
         if not cgroupfs.remove(groups):
+            # The DIR's group too, if no other job's is in it (the kernel
+            # refuses then): with the service gone meanwhile nobody else
+            # would. The service makes it again for its next job.
+            cgroupfs.remove([os.path.dirname(group) for group in groups])
             break
         time.sleep(0.01)
     else:
@@ -175,25 +191,48 @@ def _end_the_group(groups):
     return oom
 
 
-def status_json(status, end_time, crawl_pid, run=None, oom=False):
+def _why_not_started(told):
+    """What the child said on the pipe ``told`` before it exited (it has
+    ended: the read does not wait), or None."""
+    if told is None:
+        return None
+    try:
+        data = os.read(told, 1024)
+    except OSError:
+        data = b""
+    finally:
+        os.close(told)
+    return data.decode("utf-8", "replace") or None
+
+
+def status_json(status, end_time, crawl_pid, run=None, oom=False, not_started=None):
     """The status file's JSON (files.read_exit_status reads it). ``run``,
     the run's mark, says whose status it is: a later service trusts it even
     for a job whose pid it never recorded (it died in between). ``oom``:
-    the kernel killed in the crawl's control group for memory."""
+    the kernel killed in the crawl's control group for memory.
+    ``not_started``: why the crawl never started (it could not join its
+    control group), so the job ends ``not started``, not with a crawl's
+    failure that a retry policy would take for a flaky run."""
     shown = "null" if status is None else str(int(status))
     mark = "" if run is None else f', "run": "{run}"'
     killed = ', "oom": true' if oom else ""
+    why = ""
+    if not_started is not None:
+        # Only here, on this rare path: json costs every job's start 10 ms.
+        import json
+        why = f', "not_started": {json.dumps(not_started)}'
     return (f'{{"exit_status": {shown}, "end_time": {float(end_time)!r},'
-            f' "crawl_pid": {int(crawl_pid)}{mark}{killed}}}')
+            f' "crawl_pid": {int(crawl_pid)}{mark}{killed}{why}}}')
 
 
-def _write_status(path, status, crawl_pid, oom=False):
+def _write_status(path, status, crawl_pid, oom=False, not_started=None):
     temporary = f"{path}.{os.getpid()}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         # Not fsynced: a machine that loses power loses the crawl too, and a
         # torn file reads as none (the job is lost), as it would be anyway.
-        os.write(fd, status_json(status, time.time(), crawl_pid, _run_mark(), oom).encode("ascii"))
+        os.write(fd, status_json(status, time.time(), crawl_pid, _run_mark(), oom,
+                                 not_started).encode("ascii"))
     finally:
         os.close(fd)
     os.replace(temporary, path)
@@ -214,12 +253,13 @@ def main(argv):
     signal.signal(signal.SIGUSR1, _kill_everything)
     # The service going away (a handover) must not end the crawl.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _Crawl.pid = _start(private_path, crawl_argv, groups)
+    _Crawl.pid, told = _start(private_path, crawl_argv, groups)
     status = _wait_for(_Crawl.pid)
+    not_started = _why_not_started(told)
     _end_the_rest()
     oom = _end_the_group(groups)
     try:
-        _write_status(status_path, status, _Crawl.pid, oom)
+        _write_status(status_path, status, _Crawl.pid, oom, not_started)
     except OSError as e:
         sys.stderr.write(f"netweir-serve: could not write the job's exit status: {e}\n")
         # The service watching this process takes its status for the

@@ -24,7 +24,7 @@ from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
 from .outcomes import end_of
 from .process import KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark, send_signal
-from ..store.records import LOST
+from ..store.records import LOST, NOT_STARTED
 
 log = Logger()
 
@@ -126,7 +126,10 @@ def _settle(store, directory, record, clock):
                  jobid=record.id)
         return store.mark_finished(record.id, "lost", clock.seconds(), stats=stats,
                                    reason=LOST, detail=detail)
-    outcome, reason = end_of(record, written["exit_status"], oom=bool(written.get("oom")))
+    not_started = written.get("not_started")
+    outcome, reason = end_of(record, written["exit_status"], oom=bool(written.get("oom")),
+                             not_started=not_started)
+    detail = not_started if reason == NOT_STARTED else None
     end_time = written["end_time"]
     try:
         append_stats(files.log, stats, outcome, end_time)
@@ -135,4 +138,5 @@ def _settle(store, directory, record, clock):
     log.info("job {jobid} ended while no service watched it: {outcome} (exit status"
              " {status})", jobid=record.id, outcome=outcome, status=written["exit_status"])
     return store.mark_finished(record.id, outcome, end_time,
-                               exit_status=written["exit_status"], stats=stats, reason=reason)
+                               exit_status=written["exit_status"], stats=stats, reason=reason,
+                               detail=detail)

@@ -22,6 +22,13 @@ class JobCore:
     pruner: Pruner = None
 
 
+def can_run_here(groups):
+    """The claim's can_run for a node with ``groups`` (a JobGroups): jobs
+    whose limits it can enforce. Without groups (tests) every job is
+    claimed, and one asking for a limit fails to start (the launcher)."""
+    return None if groups is None else groups.can_run
+
+
 def build_job_core(store, reactor, projects, directory, max_jobs, node, wall=None,
                    keep=None, python=sys.executable, grace=30.0, stats_interval=1.0,
                    poll_interval=5.0, max_per_spider=None, claims_projects=None,
@@ -40,7 +47,8 @@ def build_job_core(store, reactor, projects, directory, max_jobs, node, wall=Non
                         **launcher_options)
     poller = Poller(store, launcher, reactor, node,
                     projects.names() if claims_projects is None else claims_projects,
-                    interval=poll_interval, max_per_spider=max_per_spider, wall=wall)
+                    interval=poll_interval, max_per_spider=max_per_spider, wall=wall,
+                    can_run=can_run_here(launcher_options.get("groups")))
     poller.subscribe(events)
     scheduler = Scheduler(store, launcher, reactor if wall is None else wall, events)
     pruner = None

@@ -82,7 +82,9 @@ def read_exit_status(path):
     ``exit_status`` (an int, negative for a signal, or None) and
     ``end_time``, ``run`` (the run's mark, jobs.process.run_mark) if it
     wrote one, and ``oom`` (True) if the kernel killed in the crawl's
-    control group for memory; None when there is no whole, well-formed file (the
+    control group for memory, ``not_started`` (why) if the crawl never
+    started (it could not join its control group); None when there is no
+    whole, well-formed file (the
     machine went down, or the parent itself was killed)."""
     try:
         with open(path, "rb") as f:
@@ -100,6 +102,9 @@ def read_exit_status(path):
     written = {"exit_status": code, "end_time": float(end)}
     if status.get("oom") is True:
         written["oom"] = True
+    why = status.get("not_started")
+    if type(why) is str and why:
+        written["not_started"] = why[:1024]
     run = status.get("run")
     if run is not None:
         if type(run) is not str:

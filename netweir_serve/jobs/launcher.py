@@ -392,14 +392,22 @@ class Launcher:
         self.log.warn("job {jobid}: recorded lost by another node; killing what is left of it",
                       jobid=jobid)
         self._signal(job.pid, KILL_SIGNAL, False)
-        self._reactor.callLater(KILL_FALLBACK_SECONDS, self._signal, job.pid, signal.SIGKILL,
-                                True)
+        self._reactor.callLater(KILL_FALLBACK_SECONDS, self._kill_dropped, job.record.id,
+                                job.pid)
         # Its end is never recorded here: the private settings file goes
         # now, and a stop waiting for the job waits no more.
         remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
         for d in job.ended:
             d.callback(None)
         return True
+
+    def _kill_dropped(self, jobid, pid):
+        """The fallback kill of a dropped job; its control group goes too,
+        as no end of it will be handled here. Unless the same id runs here
+        again meanwhile: the group is then the new run's."""
+        self._signal(pid, signal.SIGKILL, True)
+        if fold(jobid) not in self._running:
+            self._remove_group(jobid)
 
     def running_stats(self, jobid):
         job = self._running.get(fold(jobid))
@@ -450,9 +458,12 @@ class Launcher:
             outcome, reason = "lost", LOST
             detail = "its process ended without leaving an exit status"
         else:
+            not_started = (written or {}).get("not_started")
             outcome, reason = end_of(
                 job.record, status, job.cancel_reason if job.cancel_requested else None,
-                oom=oom)
+                oom=oom, not_started=not_started)
+            if reason == NOT_STARTED:
+                detail = not_started
         try:
             # ScrapydWeb reads a crawl's numbers from the end of its log.
             append_stats(job.files.log, stats, outcome, end_time)

@@ -26,17 +26,23 @@ def exit_reason(exit_status):
     return f"exit {exit_status}"
 
 
-def end_of(record, exit_status, cancel_reason=None, oom=False):
+def end_of(record, exit_status, cancel_reason=None, oom=False, not_started=False):
     """``(outcome, reason)`` of a job whose crawl ended with ``exit_status``.
 
     ``cancelled`` when a cancel was asked (``cancel_reason``, or the
     record's: the reason stays the one the first cancel gave, and a cancel
     whose reason is unknown is the user's); ``failed`` with reason
-    ``memory`` when the kernel killed it at its memory limit (``oom``);
+    ``memory`` when the kernel killed in its group at its memory limit
+    (``oom``) and the crawl did not exit 0 (a worker killed while the
+    crawl finished is not a failure); ``failed`` with ``not started`` when
+    the crawl's parent says it never started (``not_started``);
     ``finished`` for exit status 0 and ``failed`` for any other status
     (a signal, an exception, a failed check, or none at all)."""
     if cancel_reason is not None or record.cancel_requested:
         return "cancelled", cancel_reason or record.reason or CANCELLED_BY_USER
-    if oom:
+    if not_started:
+        return "failed", NOT_STARTED
+    if oom and exit_status != 0:
+        # An OOM kill of a worker the crawl survived is not its end.
         return "failed", MEMORY
     return ("finished" if exit_status == 0 else "failed"), exit_reason(exit_status)

@@ -49,7 +49,7 @@ class Poller:
     log = Logger()
 
     def __init__(self, store, launcher, clock, node, projects, interval=5.0,
-                 max_per_spider=None, wall=None):
+                 max_per_spider=None, wall=None, can_run=None):
         self._store = store
         # Whether this node may claim now (cluster.membership fences a node
         # out of touch with the table past its timeout): set by the wiring.
@@ -62,6 +62,9 @@ class Poller:
         self._projects = tuple(projects)
         self._interval = interval
         self._max_per_spider = max_per_spider
+        # Whether this node can run a job (enforce its limits): the claim
+        # leaves the others for a node that can (IJobStore.claim_next).
+        self._can_run = can_run
         self._timer = LoopingCall(self.poll)
         self._timer.clock = clock
         self._soon = None
@@ -129,7 +132,8 @@ class Poller:
             claimed_at = self._wall.seconds()
             try:
                 record = yield self._store.claim_next(
-                    self._node, self._projects, claimed_at, self._max_per_spider)
+                    self._node, self._projects, claimed_at, self._max_per_spider,
+                    self._can_run)
             except StoreError as e:
                 # Most likely nothing was claimed; if it was, the next round
                 # finds it. The next poll (or the timer) tries again.

@@ -111,22 +111,27 @@ CLAIM_FIRING = (
     " OR last_due < %(due)s)")
 
 # What the run policies ask of a job (store.runpolicy), for a claim.
-POLICY_FIELDS = ("seq", "id", "project", "spider", "spider_file", "locks")
+# ``policy`` for the limits it asks, which the claiming node must be able
+# to enforce (IJobStore.claim_next's can_run).
+POLICY_FIELDS = ("seq", "id", "project", "spider", "spider_file", "locks", "policy")
 
 
 def claim_candidates(columns, among):
     """The statement of a claim's candidates: the pending jobs of the
     projects ``among`` says (a condition on ``project_key``), each the
     first in queue order of its (project, spider, locks), in queue order.
-    Whether a job may run depends on its spider and locks alone (the run
-    policies), so asking the first of each is enough: a backlog held back
-    by one lock or one spider's limit costs one candidate, not a record a
-    job. ``columns`` are those the policies read. A retry before its due
+    Whether a job may run depends on its spider and locks (the run
+    policies) and, for the claiming node, on the limits its policy asks
+    (can_run), so asking the first of each (project, spider, locks,
+    policy) is enough: a backlog held back by one lock or one spider's
+    limit costs one candidate, not a record a job, and a job whose limits
+    this node cannot enforce holds back no job of its spider without
+    them. ``columns`` are those the policies read. A retry before its due
     time (``not_before`` after the parameter ``now``) is no candidate: it
     holds back nothing behind it."""
     selected = select_list(columns)
     return (f"SELECT {selected} FROM (SELECT {selected}, priority, row_number() OVER"
-            " (PARTITION BY project_key, spider, locks ORDER BY priority DESC, seq) AS place"
+            " (PARTITION BY project_key, spider, locks, policy ORDER BY priority DESC, seq) AS place"
             f" FROM jobs WHERE state = 'pending' AND project_key {among}"
             " AND (not_before IS NULL OR not_before <= %(now)s)) AS queued"
             " WHERE place = 1 ORDER BY priority DESC, seq")

@@ -59,14 +59,17 @@ class IJobStore(Interface):
     def get(jobid):
         """The JobRecord with this id (any case), stats included, or None."""
 
-    def claim_next(node, projects, now, max_per_spider=None):
+    def claim_next(node, projects, now, max_per_spider=None, can_run=None):
         """Takes the pending job to start next (highest priority, then
         oldest) among those of ``projects`` (names, any case) that may run
         now (see store.runpolicy: none of its locks held by a running job, its
         spider under ``max_per_spider`` running jobs, and, for a retry, its
         ``not_before`` not after ``now``), marking it running on ``node``
         with start time ``now`` (a time of day), in one atomic step: two
-        claimers never take the same job. Fires with the record, or None."""
+        claimers never take the same job. ``can_run(record)``, where
+        given, says whether this node can run a job at all (enforce the
+        limits of its ``policy``): one it cannot is left for a node that
+        can. Fires with the record, or None."""
 
     def next_retry(projects, after):
         """The earliest ``not_before`` later than ``after`` (epoch seconds)

@@ -166,7 +166,7 @@ class JobTable:
 
         return self._write_statements(insert)
 
-    def claim_next(self, node, projects, now, max_per_spider=None):
+    def claim_next(self, node, projects, now, max_per_spider=None, can_run=None):
         among, params = _among(projects)
         if among is None:
             return defer.succeed(None)
@@ -182,7 +182,7 @@ class JobTable:
             pending = [self._record(policy, row) for row in tx.all(candidates, params)]
             while True:
                 # The run policies decide as on every backend (store.runpolicy).
-                chosen = first_that_may_run(running, pending, max_per_spider)
+                chosen = first_that_may_run(running, pending, max_per_spider, can_run)
                 if chosen is None:
                     return None
                 row = tx.one(_CLAIM, {"node": node, "now": now, "seq": chosen.seq})

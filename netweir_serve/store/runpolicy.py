@@ -77,13 +77,37 @@ class RunningSet:
         return None
 
 
-def first_that_may_run(running, pending, max_per_spider=None):
+def first_that_may_run(running, pending, max_per_spider=None, can_run=None):
     """Of ``pending`` (records, in the order they would start) the first
-    that may start beside ``running`` (records), or None: the decision of
-    every backend's claim (IJobStore.claim_next)."""
+    that may start beside ``running`` (records), and that the claiming
+    node can run (``can_run(record)``, when given: it can enforce the
+    job's limits), or None: the decision of every backend's claim
+    (IJobStore.claim_next)."""
     held = RunningSet(running)
     return next((record for record in pending
-                 if held.waits_for(record, max_per_spider) is None), None)
+                 if held.waits_for(record, max_per_spider) is None
+                 and (can_run is None or can_run(record))), None)
+
+
+class EnforceableLimits:
+    """The job limits this node can enforce (``limits``, {"memory": bool,
+    "cpu": bool}), for saying that a pending job asking for another waits
+    for a node that can (a node that cannot never claims it)."""
+
+    def __init__(self, limits, shared):
+        self._limits = dict(limits or {})
+        self._shared = shared
+
+    def waits_for(self, record):
+        """Why ``record`` (pending) cannot start on this node, or None."""
+        values = record.policy or {}
+        for controller in ("memory", "cpu"):
+            if values.get(controller) is not None and not self._limits.get(controller):
+                if self._shared:
+                    return (f"a node that can limit {controller}: this one cannot, and"
+                            f" only a node that can will take it")
+                return f"a node that can limit {controller}: this service cannot"
+        return None
 
 
 class ServedProjects:

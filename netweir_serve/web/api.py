@@ -4,7 +4,7 @@ from twisted.internet import defer
 
 from ..clocks import WallClock
 from ..jobs.history import read_history
-from ..store.runpolicy import RunningSet, ServedProjects
+from ..store.runpolicy import EnforceableLimits, RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject
 from ..names import fold, job_id_problem
 from ..watching.builds import ListingBuilds
@@ -72,8 +72,11 @@ class Api:
         holding = RunningSet(running, data_dir_of=self._data_dir_of, now=self.wall.seconds(),
                              show_time=format_time)
 
+        limits = EnforceableLimits(self.limits, self.store.shared)
+
         def reasons(served):
             return lambda record: (served.waits_for(record)
+                                   or limits.waits_for(record)
                                    or holding.waits_for(record, self.max_per_spider))
 
         return self.served().addCallback(reasons)
