@@ -519,7 +519,7 @@ class AdoptedCancelTests(AdoptionTestCase):
         # The cancel asked of the last service still ends the stubborn job:
         # killed once this one's grace is over.
         self.assertEqual(again.find(stubborn)[0], "running")
-        entry = again.wait_state(stubborn, "finished", timeout=15)
+        entry = again.wait_state(stubborn, "finished", timeout=30)
         self.assertEqual((entry["outcome"], entry["exit_status"]), ("cancelled", -9))
         for process in (stubborn_pid, pids["pid"], pids["child"]):
             wait_until(lambda: not alive(process), 5, f"process {process} to end")
