@@ -153,6 +153,21 @@ class OneTimerTests(unittest.TestCase):
         rig.tick(100)
         self.assertEqual(rig.cancels, {})
 
+    def test_a_timeout_and_a_stall_due_in_one_firing_cancel_once(self):
+        # Both fall due at 10 s: the first cancels, and its "changed" event
+        # ends the other, which the same firing must then pass over (a
+        # failure logged here fails the test).
+        rig = DeadlineRig(self)
+        now = rig.reactor.seconds()
+        rig.submit("a", {"timeout": "10", "stall": "10"})
+        self.assertEqual(rig.deadlines.due_at(TIMEOUT_KIND, "a"),
+                         rig.deadlines.due_at(STALL_KIND, "a"))
+        rig.tick(10)
+        self.assertEqual(rig.cancels, {"a": (now + 10, "timeout")})
+        self.assertEqual(rig.deadlines.fired, {TIMEOUT_KIND: 1, STALL_KIND: 0, EXPIRE_KIND: 0})
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.timers(), [])
+
     def test_a_cancel_asked_first_is_left_alone_and_its_reason_stands(self):
         rig = DeadlineRig(self)
         rig.submit("a", {"timeout": "10", "stall": "5"})

@@ -303,6 +303,11 @@ class Deadlines:
         self._firing = True
         try:
             for watch in due:
+                if self._watches.get((watch.kind, watch.key)) is not watch:
+                    # Gone with an earlier one of this firing: a job's
+                    # timeout and stall due together, and the first
+                    # cancel's "changed" event ends the other.
+                    continue
                 try:
                     self._fell_due(watch, now)
                 except Exception:
@@ -321,7 +326,7 @@ class Deadlines:
                 watch.at = again
                 self._push(watch)
                 return
-        del self._watches[(watch.kind, watch.key)]
+        self._watches.pop((watch.kind, watch.key), None)
         if watch.kind == EXPIRE_KIND:
             self._expire(watch)
         else:
