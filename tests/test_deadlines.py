@@ -6,19 +6,19 @@ import os
 from dataclasses import replace
 from types import SimpleNamespace
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from netweir_serve.jobs.core import build_job_core
-from netweir_serve.jobs.events import CHANGED, ENDED
+from netweir_serve.jobs.events import CHANGED, ENDED, STARTED
 from netweir_serve.jobs.files import job_files
-from netweir_serve.jobs.process import CANCEL_SIGNAL, private_arguments
+from netweir_serve.jobs.process import CANCEL_SIGNAL, KILL_SIGNAL, private_arguments
 from netweir_serve.projects import Project, ProjectTable
 from netweir_serve.jobs.deadlines import (
     EXPIRE_KIND, STALL_KIND, TIMEOUT_KIND, Deadlines, timed_settings)
 from netweir_serve.reliability.policy import JobPolicy
 from netweir_serve.service import _hear_deadlines
-from netweir_serve.store.records import JobRecord
+from netweir_serve.store.records import JobRecord, StoreError
 from netweir_serve.store.sqlite import SQLiteJobStore
 
 from .fakes import FakeProcessReactor, SignalLog
@@ -198,6 +198,87 @@ class OneTimerTests(unittest.TestCase):
         rig.wall.advance(-3600)
         rig.reactor.advance(60)
         self.assertEqual(rig.cancels, {"a": (now + 60, "timeout")})
+
+
+def hold_mark_started(rig):
+    """The store writes each start at once, but its answer waits: returns
+    the list of (answer, Deferred handed back) to release by hand."""
+    write = rig.store.mark_started
+    held = []
+
+    def late(*args, **kwargs):
+        d = defer.Deferred()
+        held.append((write(*args, **kwargs), d))
+        return d
+
+    rig.store.mark_started = late
+    return held
+
+
+class StartTests(unittest.TestCase):
+    def test_a_job_whose_start_was_not_recorded_is_watched_all_the_same(self):
+        rig = DeadlineRig(self)
+        now = rig.reactor.seconds()
+        write = rig.store.mark_started
+        rig.store.mark_started = lambda *a, **k: defer.fail(StoreError("disk full"))
+        started = []
+        rig.events.subscribe(lambda kind, record: started.append(record), kinds=(STARTED,))
+        rig.submit("a", {"timeout": "30", "stall": "20"})
+        rig.store.mark_started = write
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        # Announced with the start time of its claim (the table has no pid).
+        (record,) = started
+        self.assertEqual((record.id, record.start_time), ("a", WALL_START))
+        self.assertEqual(rig.deadlines.due_at(TIMEOUT_KIND, "a"), now + 30)
+        self.assertEqual(rig.deadlines.due_at(STALL_KIND, "a"), now + 20)
+        rig.tick(20)
+        self.assertEqual(rig.cancels, {"a": (now + 20, "stalled")})
+
+    def test_a_cancel_asked_before_the_start_is_recorded_keeps_the_deadlines_off(self):
+        # The start is written, then cancel.json comes before its answer:
+        # the row the answer carries says no cancel. The job's own state
+        # stands, so no stall is set, and nothing kills the job early.
+        rig = DeadlineRig(self)
+        held = hold_mark_started(rig)
+        rig.submit("a", {"stall": "10", "timeout": "20"})
+        rig.cancel("a")
+        ((answer, d),) = held
+        answer.chainDeferred(d)
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.timers(), [])
+        self.assertTrue(rig.launcher._running["a"].record.cancel_requested)
+        rig.tick(25)
+        pid = rig.get("a").pid
+        self.assertEqual([s for s in rig.signals.sent if s[0] == pid],
+                         [(pid, CANCEL_SIGNAL, False)])
+        self.assertEqual(rig.cancels["a"][1], "cancel.json")
+        self.assertEqual(rig.deadlines.fired, {TIMEOUT_KIND: 0, STALL_KIND: 0, EXPIRE_KIND: 0})
+
+    def test_a_job_that_ended_before_its_start_was_recorded_is_not_watched(self):
+        rig = DeadlineRig(self)
+        held = hold_mark_started(rig)
+        started = []
+        rig.events.subscribe(lambda kind, record: started.append(record.id), kinds=(STARTED,))
+        rig.submit("a", {"stall": "10", "timeout": "20"})
+        ((answer, d),) = held
+        rig.exit("a", 0)
+        answer.chainDeferred(d)
+        self.assertEqual(started, [])
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.timers(), [])
+
+    def test_a_deadline_never_turns_a_cancel_under_way_into_a_kill(self):
+        # However a deadline finds a job being cancelled (an event missed,
+        # heard late), its cancel does nothing: the first cancel's grace
+        # and reason stand.
+        rig = DeadlineRig(self)
+        rig.submit("a", {})
+        rig.cancel("a")
+        self.assertFalse(rig.launcher.cancel_once("a", "timeout"))
+        self.assertFalse(rig.launcher.cancel_once("gone", "timeout"))
+        pid = rig.get("a").pid
+        self.assertNotIn((pid, KILL_SIGNAL, False), rig.signals.sent)
+        self.assertEqual(rig.get("a").reason, "cancel.json")
 
 
 class AdoptionTests(unittest.TestCase):

@@ -17,7 +17,7 @@ heap is rebuilt from the live entries once the stale ones outnumber them.
   of the machine's clock afterwards moves no deadline. An adopted job
   (jobs/adoption.py) keeps its deadline, counted from the start time the
   table kept (one already past fires at once). When it falls due, the job
-  is cancelled as cancel.json cancels it (``Launcher.cancel``: SIGTERM,
+  is cancelled as cancel.json cancels it (``Launcher.cancel_once``: SIGTERM,
   items closed, checkpoint, the grace before the kill) with reason
   ``timeout``. The crawl is also given Netweir's own ``max_time`` at
   MAX_TIME_SHARE of the timeout (``timed_settings``), unless the job sets
@@ -120,9 +120,10 @@ class Deadlines:
 
     ``reactor`` times the deadlines (``callLater``, ``seconds``: monotonic
     in the service); ``wall`` gives the time of day the table's times are
-    in. ``launcher`` (ILauncher) cancels a running job (``cancel(jobid,
-    reason=)``) and tells its last stats (``running_stats``) and the size
-    of its log (``log_size``); ``expire_pending(jobid)`` drops a pending
+    in. ``launcher`` (ILauncher) cancels a running job unless it is
+    being cancelled already (``cancel_once(jobid, reason)``) and tells its
+    last stats (``running_stats``) and the size of its log
+    (``log_size``); ``expire_pending(jobid)`` drops a pending
     job if it still is (IScheduler.expire: a Deferred of the ended record,
     or None); ``serves(project)`` says whether this node serves a project
     (whose pending jobs it expires); ``store`` (IJobStore), when given, is
@@ -351,8 +352,10 @@ class Deadlines:
             self.log.warn("job {jobid}: no new page, item or error and no new log line for"
                           " {seconds} (its stall); cancelling it", jobid=watch.jobid,
                           seconds=format_duration(watch.seconds))
-        # Its other deadline goes with the cancel's "changed" event.
-        if self._launcher.cancel(watch.jobid, reason=reason):
+        # Its other deadline goes with the cancel's "changed" event. A job
+        # already being cancelled is left to that cancel's grace: a second
+        # cancel would kill it at once.
+        if self._launcher.cancel_once(watch.jobid, reason):
             self.fired[watch.kind] += 1
 
     def _expire(self, watch):

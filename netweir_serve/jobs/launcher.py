@@ -166,8 +166,8 @@ class Launcher:
         self.log.info("job {jobid} started: {project}/{spider}, pid {pid}",
                       jobid=record.id, project=record.project, spider=record.spider, pid=pid)
         recorded = self._store.mark_started(record.id, pid, self._identify(pid))
-        recorded.addCallbacks(self._started, self._not_recorded, callbackArgs=(job,),
-                              errbackArgs=(record.id, "its process id"))
+        recorded.addCallbacks(self._started, self._start_not_recorded, callbackArgs=(job,),
+                              errbackArgs=(job,))
 
     def _watch_stats(self, job):
         self._running[fold(job.record.id)] = job
@@ -226,9 +226,26 @@ class Launcher:
         self._events.publish(QUEUED, retry)
 
     def _started(self, record, job):
+        if self._running.get(fold(job.record.id)) is not job:
+            # It ended (or was dropped or handed over) before the table
+            # answered: a "started" now would watch a job that is gone.
+            return
         if record is not None and record.state != FINISHED:
-            job.record = record
+            # The table's row, as written before any cancel asked since:
+            # the job's own cancel state stands (else its deadlines would
+            # be set again, and their cancel would kill it).
+            job.record = replace(record, cancel_requested=job.cancel_requested,
+                                 kill_requested=job.killed or record.kill_requested,
+                                 reason=job.record.reason if job.cancel_requested
+                                 else record.reason)
         self._events.publish(STARTED, job.record)
+
+    def _start_not_recorded(self, failure, job):
+        # The job runs all the same (the table catches up at its end): it
+        # is announced as started, with the start time of its claim, so
+        # that its deadlines are watched and the listing hears of it.
+        self._not_recorded(failure, job.record.id, "its process id")
+        self._started(None, job)
 
     def _not_recorded(self, failure, jobid, what):
         # The job goes on; the table is behind until its next change.
@@ -549,6 +566,16 @@ class Launcher:
             "job {jobid}: could not read the end recorded first", f, jobid=known.id))
 
     # -- stopping --------------------------------------------------------------
+
+    def cancel_once(self, jobid, reason):
+        """Asks the running job to stop as ``cancel`` does, with
+        ``reason``, unless a cancel is already under way: then nothing (a
+        deadline never turns a user's cancel into a kill). Returns whether
+        it asked."""
+        job = self._running.get(fold(jobid))
+        if job is None or job.cancel_requested:
+            return False
+        return self.cancel(jobid, reason=reason)
 
     def cancel(self, jobid, now=False, reason=CANCELLED_BY_USER):
         job = self._running.get(fold(jobid))
