@@ -461,6 +461,40 @@ class ExpireTests(unittest.TestCase):
         self.assertEqual(rig.timers(), [])
 
 
+class RetryExpireTests(unittest.TestCase):
+    def test_a_retrys_expire_counts_from_its_not_before(self):
+        # A backoff of 2 m (126 s with the jitter) and an expire of 1 m:
+        # counted from the retry's writing, every retry would be dropped.
+        rig = DeadlineRig(self, max_jobs=1)
+        rig.store._jitter = lambda: 0.5
+        rig.submit("a", {"retries": "2", "backoff": "2m", "expire": "1m"})
+        rig.exit("a", 1)
+        retry = rig.get("a.r1")
+        self.assertEqual(retry.not_before, retry.created + 126)
+        self.assertEqual(rig.deadlines.due_at(EXPIRE_KIND, "a.r1"),
+                         rig.reactor.seconds() + 126 + 60)
+        rig.tick(61)
+        self.assertEqual(rig.get("a.r1").state, "pending")
+        rig.tick(65)
+        rig.settle()
+        self.assertEqual(rig.get("a.r1").state, "running")
+        self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 0)
+
+    def test_a_retry_still_waiting_for_a_slot_past_its_expire_is_dropped(self):
+        rig = DeadlineRig(self, max_jobs=1)
+        rig.store._jitter = lambda: 0.5
+        rig.submit("a", {"retries": "1", "backoff": "2m", "expire": "1m"})
+        rig.exit("a", 1)
+        rig.submit("blocker", {})
+        rig.tick(126 + 59)
+        self.assertEqual(rig.get("a.r1").state, "pending")
+        rig.tick(1)
+        record = rig.get("a.r1")
+        self.assertEqual((record.outcome, record.reason), ("cancelled", "expired"))
+        self.assertEqual(record.end_time, record.not_before + 60)
+        self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 1)
+
+
 class MaxTimeTests(unittest.TestCase):
     def test_a_timeout_gives_the_crawl_max_time_at_95_percent(self):
         policy = JobPolicy.parse({"timeout": "1h"}).to_json()

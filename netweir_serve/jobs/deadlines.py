@@ -35,7 +35,8 @@ heap is rebuilt from the live entries once the stale ones outnumber them.
   Otherwise the job is cancelled with reason ``stalled``. The stall
   counts from the job's start here, and for an adopted job from its
   adoption: what it did while no service watched is not known.
-- ``expire``: due at the job's ``created`` time plus the expiry. It is
+- ``expire``: due at the job's ``created`` time plus the expiry (a
+  retry's: its ``not_before``, the end of its backoff). It is
   dropped, never started (``expire_pending``, the scheduler's guarded
   ``IJobStore.cancel_pending``: only if it is still pending, so a claim
   that came first wins) and ends ``cancelled`` with reason ``expired``.
@@ -95,6 +96,16 @@ def progress_of(stats):
     if not stats:
         return None
     return tuple(stats.get(name) for name in PROGRESS_STATS)
+
+
+def waits_from(record):
+    """When a pending job began to wait for a slot (a time of day): when it
+    was queued, or a retry's ``not_before``. A retry is written with the
+    end that caused it, then waits out its backoff, which is no delay of
+    the queue's: counted from its writing, a retry whose backoff is longer
+    than its expire would be dropped every time."""
+    return record.created if record.not_before is None else max(record.created,
+                                                               record.not_before)
 
 
 class _Watch:
@@ -158,7 +169,7 @@ class Deadlines:
             return
         expire = JobPolicy.from_json(record.policy).expire
         if expire is not None:
-            self._watch(EXPIRE_KIND, record.id, self._due(record.created + expire), expire)
+            self._watch(EXPIRE_KIND, record.id, self._due(waits_from(record) + expire), expire)
 
     def started(self, record):
         """A job started here, or was adopted: its running deadlines are
@@ -368,8 +379,9 @@ class Deadlines:
             return  # claimed first, or dropped by another node
         self.fired[EXPIRE_KIND] += 1
         self.log.warn("job {jobid}: still pending at its expiry ({seconds} after it was"
-                      " queued); dropped, never started", jobid=watch.jobid,
-                      seconds=format_duration(watch.seconds))
+                      " {queued}); dropped, never started", jobid=watch.jobid,
+                      seconds=format_duration(watch.seconds),
+                      queued="due" if record.not_before is not None else "queued")
 
     def _not_expired(self, failure, watch):
         if failure.check(StoreError):
