@@ -7,6 +7,7 @@ The table's own part (the retry written with the end) is the contract's
 import json
 from types import SimpleNamespace
 
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python import usage
 from twisted.trial import unittest
@@ -16,7 +17,8 @@ from netweir_serve.jobs.events import ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.notify import Notifier
 from netweir_serve.options import parse_outcomes
 from netweir_serve.reliability.policy import MAX_RETRIES, JobPolicy
-from netweir_serve.store.records import FINISHED, PENDING, JobRecord
+from netweir_serve.jobs.launcher import END_RETRY_DELAY
+from netweir_serve.store.records import FINISHED, PENDING, JobRecord, StoreError
 from netweir_serve.store.runpolicy import RunningSet
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from netweir_serve.web.views import format_time, job_entry
@@ -108,6 +110,37 @@ class RetryingJobCoreTests(unittest.TestCase):
         self.assertIn("j5.r1", [r.id for r in rig.jobs()[1]])
         [timer] = rig.due_timers()
         self.assertEqual(timer.getTime(), start + 50 * 1.05)
+
+    def test_a_retry_written_by_an_end_whose_answer_was_lost_is_announced(self):
+        # On a shared table the end is written, retry and all, but its
+        # answer is lost: the end is held, tried again, found recorded as
+        # this node's own, and then told with the retry read from the table.
+        rig = RetryRig(self)
+        rig.store.shared = True
+        write = rig.store.mark_finished
+        answers = []
+
+        def first_answer_lost(*args, **kwargs):
+            answers.append(1)
+            written = write(*args, **kwargs)
+            if len(answers) == 1:
+                return written.addCallback(lambda _: defer.fail(StoreError("answer lost")))
+            return written
+        rig.store.mark_finished = first_answer_lost
+        rig.schedule_with("a", {"retries": "1", "backoff": "1m"})
+        rig.exit("a", 1)
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        self.assertEqual(rig.ended, [])
+        rig.reactor.advance(END_RETRY_DELAY)
+        self.assertEqual(rig.heard[-2:], [(ENDED, "a"), (QUEUED, "a.r1")])
+        (ended,) = rig.ended
+        self.assertEqual((ended.retry.id, ended.retry.not_before),
+                         ("a.r1", rig.get("a.r1").not_before))
+        [timer] = rig.due_timers()
+        self.assertEqual(timer.getTime(), rig.get("a.r1").not_before)
+        rig.reactor.advance(rig.get("a.r1").not_before - rig.reactor.seconds())
+        rig.settle()
+        self.assertEqual(rig.get("a.r1").state, "running")
 
     def test_a_slot_freed_later_starts_a_retry_already_due(self):
         rig = RetryRig(self, max_jobs=1)

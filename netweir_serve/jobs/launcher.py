@@ -30,6 +30,7 @@ from .process import (
     write_private_file)
 from ..store.records import (
     CANCELLED_BY_USER, FINISHED, LOST, NOT_STARTED, SERVICE_STOPPED, StoreError)
+from ..store.retrying import with_written_retry
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps
@@ -531,6 +532,13 @@ class Launcher:
                 self.log.warn("job {jobid}: its end was recorded elsewhere meanwhile; this"
                               " node's is dropped", jobid=jobid)
                 return
+            # This node's own: the retry written with it came back with no
+            # answer; it is read, so that it is announced as any retry is.
+            try:
+                record = yield with_written_retry(self._store, record)
+            except StoreError as e:
+                self.log.warn("job {jobid}: could not look for the retry its end queued: {why};"
+                              " the poller's next poll finds it", jobid=jobid, why=e.message)
         self.log.info("job {jobid}: its end is recorded now", jobid=record.id)
         # Its locks are free only now: the jobs that waited for them may
         # start. Held, the end itself is told now, once; its retry, made
