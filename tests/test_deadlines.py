@@ -451,6 +451,62 @@ class ExpireTests(unittest.TestCase):
         self.assertEqual(rig.reactor.processes, [])
         rig.poller.stop()
 
+    def test_start_fires_only_once_the_drops_it_asked_are_answered(self):
+        # On PostgreSQL a drop waits for a connection of the pool, as a
+        # claim does: the poller starts only once start() fires, so no
+        # claim of the poller's can come before the drops.
+        rig = DeadlineRig(self, max_jobs=1)
+        self.successResultOf(rig.store.add(JobRecord(
+            id="yesterday", project="shop", spider="books", spider_file=rig.spider_file,
+            created=rig.wall.seconds() - 86400,
+            policy=JobPolicy.parse({"expire": "2h"}).to_json())))
+        expire = rig.deadlines._expire_pending
+        held = []
+
+        def slow(jobid):
+            d = defer.Deferred()
+            held.append((jobid, d))
+            return d
+        rig.deadlines._expire_pending = slow
+        started = rig.deadlines.start()
+        self.assertNoResult(started)
+        ((jobid, d),) = held
+        expire(jobid).chainDeferred(d)
+        self.successResultOf(started)
+        self.assertEqual(rig.get("yesterday").reason, "expired")
+
+    def test_pending_jobs_unread_at_start_are_read_again_on_a_timer(self):
+        # On SQLite no LISTEN comes back to read them again: without the
+        # timer, no expiry would be watched all this run.
+        rig = DeadlineRig(self, max_jobs=0)
+        self.successResultOf(rig.store.add(JobRecord(
+            id="old", project="shop", spider="books", spider_file=rig.spider_file,
+            created=rig.wall.seconds() - 50,
+            policy=JobPolicy.parse({"expire": "1m"}).to_json())))
+        read = rig.store.jobs
+        fails = [StoreError("database is locked")] * 2
+        rig.store.jobs = lambda: defer.fail(fails.pop()) if fails else read()
+        self.successResultOf(rig.deadlines.start())
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        self.assertEqual(rig.deadlines.watching(), 0)
+        rig.tick(5)
+        # The second failure is quiet (the first said it is tried again).
+        self.assertEqual((rig.deadlines.watching(), self.flushLoggedErrors(StoreError)), (0, []))
+        rig.tick(5)
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.get("old").reason, "expired")
+        self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 1)
+        rig.tick(60)
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
+    def test_stop_ends_the_reads_again(self):
+        rig = DeadlineRig(self, max_jobs=0)
+        rig.store.jobs = lambda: defer.fail(StoreError("database is locked"))
+        self.successResultOf(rig.deadlines.start())
+        self.flushLoggedErrors(StoreError)
+        rig.deadlines.stop()
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
     def test_a_job_another_node_claimed_is_left_alone(self):
         rig = DeadlineRig(self, max_jobs=0)
         rig.submit("a", {"expire": "10"})

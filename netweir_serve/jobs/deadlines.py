@@ -43,7 +43,8 @@ heap is rebuilt from the live entries once the stale ones outnumber them.
   On a shared table every node watches the pending jobs of the projects
   it serves, however queued (the other nodes' queued jobs come as job
   events marked elsewhere, and all of them are read from the table at
-  start and when the LISTEN connection comes back), and the guarded write
+  start, again every few seconds until that read works, and when the
+  LISTEN connection comes back), and the guarded write
   makes one of them drop the job: the others find it no longer pending
   and do nothing. A node's timeout and stall watch only the jobs it runs.
 
@@ -74,6 +75,8 @@ PROGRESS_STATS = ("fetched", "pages_served", "items", "failed", "callback_errors
 
 # Seconds before an expiry the table could not write is tried again.
 EXPIRE_RETRY_SECONDS = 5.0
+# Seconds before the pending jobs, unread at start, are read again.
+PENDING_REREAD_SECONDS = 5.0
 
 
 def max_time_setting(timeout):
@@ -157,6 +160,8 @@ class Deadlines:
         self._heap = []           # (at, seq, _Watch), stale ones included
         self._seq = itertools.count()
         self._call = None
+        # The read of the pending jobs tried again after it failed at start.
+        self._reread = None
         self._firing = False
         self._stopped = False
         self.fired = dict.fromkeys(KINDS, 0)
@@ -216,31 +221,72 @@ class Deadlines:
 
     def start(self):
         """Watches the pending jobs the table holds (queued before this
-        start, or by other nodes). Fires when they are read, and those
-        already past their expiry (the service was down) are being
-        dropped: call it before the poller starts, so that their drops
-        are asked before any claim. A failure to read them is logged."""
+        start, or by other nodes). Fires once they are read and those
+        already past their expiry (the service was down) are dropped (or
+        found claimed): call it before the poller starts, so that no claim
+        comes before their drops (on PostgreSQL the drops wait for a
+        connection of the pool, as a claim would). A failure to read them
+        is logged, and the read tried again every PENDING_REREAD_SECONDS
+        until it works: on SQLite nothing else would read them again."""
         self._stopped = False
-        return self.resync().addCallback(lambda _: self._fire_due())
+        read = self._read_pending()
+        read.addCallback(self._read_at_start)
+        return read
+
+    def _read_at_start(self, read):
+        if not read:
+            self._read_later()
+            return None
+        return self._fire_due()
+
+    def _read_later(self):
+        if not self._stopped:
+            self._reread = self._reactor.callLater(PENDING_REREAD_SECONDS, self._read_again)
+
+    def _read_again(self):
+        self._reread = None
+        if self._stopped:
+            return
+        read = self._read_pending(quietly=True)
+        read.addCallback(lambda done: self.log.info(
+            "read the pending jobs to watch their expiry") if done else self._read_later())
 
     def _fire_due(self):
+        """Fires the deadlines already due; a Deferred of the drops that
+        asks (each handles its own failure)."""
+        drops = []
         if self._heap and self._heap[0][0] <= self._reactor.seconds():
             if self._call is not None and self._call.active():
                 self._call.cancel()
-            self._fire()
+            drops = self._fire()
+        return defer.gatherResults(drops).addCallback(lambda _: None)
 
     def resync(self):
         """Reads the pending jobs again: changes may have gone unheard."""
+        return self._read_pending().addCallback(lambda _: None)
+
+    def _read_pending(self, quietly=False):
+        """Watches the pending jobs the table holds: a Deferred of whether
+        they could be read (a failure is logged, unless ``quietly``)."""
         if self._store is None:
-            return defer.succeed(None)
+            return defer.succeed(True)
         read = defer.maybeDeferred(self._store.jobs)
         read.addCallback(lambda lists: [self.queued(r) for r in lists[0]])
-        read.addErrback(lambda f: self.log.failure(
-            "could not read the pending jobs to watch their expiry", f))
-        return read.addCallback(lambda _: None)
+        read.addCallback(lambda _: True)
+
+        def failed(failure):
+            if not quietly:
+                self.log.failure("could not read the pending jobs to watch their expiry;"
+                                 " trying again every {s:g} s", failure,
+                                 s=PENDING_REREAD_SECONDS)
+            return False
+        return read.addErrback(failed)
 
     def stop(self):
         self._stopped = True
+        if self._reread is not None and self._reread.active():
+            self._reread.cancel()
+        self._reread = None
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
@@ -307,6 +353,7 @@ class Deadlines:
     def _fire(self):
         self._call = None
         now = self._reactor.seconds()
+        drops = []  # the expiries' Deferreds, for start to wait on
         due = []
         while self._heap and self._heap[0][0] <= now:
             entry = heapq.heappop(self._heap)
@@ -321,13 +368,17 @@ class Deadlines:
                     # cancel's "changed" event ends the other.
                     continue
                 try:
-                    self._fell_due(watch, now)
+                    dropped = self._fell_due(watch, now)
                 except Exception:
                     self.log.failure("job {jobid}: its {kind} deadline failed",
                                      jobid=watch.jobid, kind=watch.kind)
+                else:
+                    if dropped is not None:
+                        drops.append(dropped)
         finally:
             self._firing = False
         self._arm()
+        return drops
 
     def _fell_due(self, watch, now):
         if watch.kind == STALL_KIND:
@@ -340,9 +391,9 @@ class Deadlines:
                 return
         self._watches.pop((watch.kind, watch.key), None)
         if watch.kind == EXPIRE_KIND:
-            self._expire(watch)
-        else:
-            self._cancel(watch)
+            return self._expire(watch)
+        self._cancel(watch)
+        return None
 
     # -- what a deadline does ----------------------------------------------------------
 
@@ -373,6 +424,7 @@ class Deadlines:
         dropped = defer.maybeDeferred(self._expire_pending, watch.jobid)
         dropped.addCallback(self._expired, watch)
         dropped.addErrback(self._not_expired, watch)
+        return dropped
 
     def _expired(self, record, watch):
         if record is None:
