@@ -507,11 +507,23 @@ class Launcher:
         if self._stopping:
             return
         recorded = self._store.mark_finished(jobid, **end)
-        recorded.addCallbacks(self._end_recorded_late,
-                              lambda _: self._record_end_later(jobid, end, held),
-                              callbackArgs=(jobid, end, held))
+        recorded.addCallbacks(self._end_recorded_late, self._end_still_not_recorded,
+                              callbackArgs=(jobid, end, held),
+                              errbackArgs=(jobid, end, held))
         recorded.addErrback(lambda f: self.log.failure(
             "job {jobid}: could not tell of its end recorded late", f, jobid=jobid))
+
+    def _end_still_not_recorded(self, failure, jobid, end, held):
+        if failure.check(StoreError):
+            # The table is still out of reach: the first failure was logged
+            # (_end_not_recorded); trying every END_RETRY_DELAY s says no more.
+            self._record_end_later(jobid, end, held)
+            return
+        # Not the table's refusal but a fault of ours: trying again would
+        # only fail again, unseen, forever. Said once; the next start
+        # settles the job (jobs.adoption).
+        self.log.failure("job {jobid}: could not record how it ended; not trying again",
+                         failure, jobid=jobid)
 
     @defer.inlineCallbacks
     def _end_recorded_late(self, record, jobid, end, held):
