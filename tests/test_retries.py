@@ -28,12 +28,21 @@ from .test_metrics import FakeStore, samples, value
 from .test_notify import FakeAgent
 
 
+# The time of day the wall clock starts at: far from the reactor's
+# (monotonic) clock, as in the service, so that a retry's wait measured on
+# the wrong one (not_before is a time of day) shows.
+WALL_START = 1_790_000_000.0
+
+
 class RetryRig(Rig):
     """The job core on a Clock, with jobs that carry a policy, and the
-    events it publishes in order."""
+    events it publishes in order. Its wall clock (the table's times) is a
+    Clock of its own: ``advance`` moves both."""
 
     def __init__(self, test, max_jobs=5, jitter=0.5):
-        super().__init__(test, max_jobs=max_jobs)
+        self.wall = Clock()
+        self.wall.advance(WALL_START)
+        super().__init__(test, max_jobs=max_jobs, wall=self.wall)
         # Half the jitter: each wait is its backoff times 1.05.
         self.store._jitter = lambda: jitter
         self.heard = []
@@ -48,6 +57,12 @@ class RetryRig(Rig):
             checked, jobid=jobid, policy=JobPolicy.parse(policy).to_json()))
         self.settle()
         return record
+
+    def advance(self, seconds):
+        """Time passes alike on the wall and the reactor (the wall first:
+        what the reactor's calls do reads it)."""
+        self.wall.advance(seconds)
+        self.reactor.advance(seconds)
 
     def due_timers(self):
         """The poller's timers for retries (its safety net is not started)."""
@@ -68,17 +83,20 @@ class RetryingJobCoreTests(unittest.TestCase):
                           retry.arguments), (PENDING, 2, "a", (("checkpoint", "ck"),),
                                              (("category", "fiction"),)))
         self.assertEqual(retry.not_before, rig.get("a").end_time + 10.5)
-        self.assertEqual(len(rig.due_timers()), 1)
-        rig.reactor.advance(10.4)
+        # The poller's one timer, on the reactor's clock, 10.5 s on: the
+        # wait is measured on the wall clock that not_before is a time of.
+        [timer] = rig.due_timers()
+        self.assertEqual(timer.getTime(), rig.reactor.seconds() + 10.5)
+        rig.advance(10.4)
         self.assertEqual(rig.get("a.r1").state, PENDING)
-        rig.reactor.advance(0.1)
+        rig.advance(0.1)
         rig.settle()
         self.assertEqual(rig.get("a.r1").state, "running")
         rig.exit("a.r1", 1)
         second = rig.get("a.r2")
         # Twice the first wait, with the same jitter.
         self.assertEqual(second.not_before - rig.get("a.r1").end_time, 21.0)
-        rig.reactor.advance(21)
+        rig.advance(21)
         rig.settle()
         rig.exit("a.r2", 1)
         last = rig.get("a.r2")
@@ -100,12 +118,12 @@ class RetryingJobCoreTests(unittest.TestCase):
         self.assertEqual(len(rig.jobs()[0]), 5)
         [timer] = rig.due_timers()
         self.assertEqual(timer.getTime(), start + 21.0)
-        rig.reactor.advance(21)
+        rig.advance(21)
         rig.settle()
         self.assertEqual(sorted(r.id for r in rig.jobs()[1]), ["j2.r1", "j4.r1"])
         [timer] = rig.due_timers()
         self.assertEqual(timer.getTime(), start + 35 * 1.05)
-        rig.reactor.advance(35 * 1.05 - 21)
+        rig.advance(35 * 1.05 - 21)
         rig.settle()
         self.assertIn("j5.r1", [r.id for r in rig.jobs()[1]])
         [timer] = rig.due_timers()
@@ -131,14 +149,15 @@ class RetryingJobCoreTests(unittest.TestCase):
         rig.exit("a", 1)
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
         self.assertEqual(rig.ended, [])
-        rig.reactor.advance(END_RETRY_DELAY)
+        rig.advance(END_RETRY_DELAY)
         self.assertEqual(rig.heard[-2:], [(ENDED, "a"), (QUEUED, "a.r1")])
         (ended,) = rig.ended
         self.assertEqual((ended.retry.id, ended.retry.not_before),
                          ("a.r1", rig.get("a.r1").not_before))
         [timer] = rig.due_timers()
-        self.assertEqual(timer.getTime(), rig.get("a.r1").not_before)
-        rig.reactor.advance(rig.get("a.r1").not_before - rig.reactor.seconds())
+        self.assertEqual(timer.getTime() - rig.reactor.seconds(),
+                         rig.get("a.r1").not_before - rig.wall.seconds())
+        rig.advance(rig.get("a.r1").not_before - rig.wall.seconds())
         rig.settle()
         self.assertEqual(rig.get("a.r1").state, "running")
 
@@ -148,7 +167,7 @@ class RetryingJobCoreTests(unittest.TestCase):
         rig.exit("a", 1)
         rig.schedule("busy")
         self.assertEqual(rig.get("busy").state, "running")
-        rig.reactor.advance(6)
+        rig.advance(6)
         rig.settle()
         self.assertEqual(rig.get("a.r1").state, PENDING)
         rig.exit("busy", 0)
@@ -161,7 +180,7 @@ class RetryingJobCoreTests(unittest.TestCase):
         self.assertEqual(rig.cancel("a.r1"), PENDING)
         ended = rig.get("a.r1")
         self.assertEqual((ended.outcome, ended.reason), ("cancelled", "cancel.json"))
-        rig.reactor.advance(60)
+        rig.advance(60)
         rig.settle()
         self.assertEqual(rig.jobs()[:2], ([], []))
         self.assertIsNone(rig.get("a.r2"))
