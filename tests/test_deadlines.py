@@ -170,10 +170,10 @@ class OneTimerTests(unittest.TestCase):
 
     def test_a_cancel_asked_first_is_left_alone_and_its_reason_stands(self):
         rig = DeadlineRig(self)
-        rig.submit("a", {"timeout": "10", "stall": "5"})
+        rig.submit("a", {"timeout": "20", "stall": "10"})
         rig.cancel("a")
         self.assertEqual(rig.timers(), [])
-        rig.tick(20)
+        rig.tick(25)
         # No second cancel (which would have killed it at once).
         self.assertEqual(rig.cancels["a"][1], "cancel.json")
         self.assertEqual([s for s in rig.signals.sent if s[1] == CANCEL_SIGNAL],
