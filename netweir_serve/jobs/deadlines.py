@@ -407,6 +407,12 @@ class Deadlines:
 
     def _cancel(self, watch):
         reason = TIMEOUT if watch.kind == TIMEOUT_KIND else STALLED
+        # Its other deadline goes with the cancel's "changed" event. A job
+        # already being cancelled (its event not heard yet) is left to
+        # that cancel's grace and reason: a second cancel would kill it.
+        if not self._launcher.cancel_once(watch.jobid, reason):
+            return
+        self.fired[watch.kind] += 1
         if watch.kind == TIMEOUT_KIND:
             self.log.warn("job {jobid}: still running at its timeout ({seconds}); cancelling"
                           " it", jobid=watch.jobid, seconds=format_duration(watch.seconds))
@@ -414,11 +420,6 @@ class Deadlines:
             self.log.warn("job {jobid}: no new page, item or error and no new log line for"
                           " {seconds} (its stall); cancelling it", jobid=watch.jobid,
                           seconds=format_duration(watch.seconds))
-        # Its other deadline goes with the cancel's "changed" event. A job
-        # already being cancelled is left to that cancel's grace: a second
-        # cancel would kill it at once.
-        if self._launcher.cancel_once(watch.jobid, reason):
-            self.fired[watch.kind] += 1
 
     def _expire(self, watch):
         dropped = defer.maybeDeferred(self._expire_pending, watch.jobid)
