@@ -28,6 +28,7 @@ import uuid
 from dataclasses import replace
 from datetime import datetime
 
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
@@ -37,7 +38,8 @@ from netweir_serve.jobs.events import ENDED, JobEvents
 from netweir_serve.jobs.files import job_files, read_exit_status
 from netweir_serve.jobs.launcher import KILL_FALLBACK_SECONDS, Launcher
 from netweir_serve.jobs.process import CANCEL_SIGNAL, KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark
-from netweir_serve.store.records import JobRecord
+from netweir_serve.reliability.policy import JobPolicy
+from netweir_serve.store.records import JobRecord, StoreError
 from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.projects import Project, ProjectTable
 
@@ -1004,6 +1006,35 @@ class SettleTests(unittest.TestCase):
                           "otherboot": "lost"})
         self.assertEqual(self.get("ended").end_time, 500.5)
         self.assertEqual(self.get("lost").end_time, 1000)
+
+    def test_an_end_whose_answer_was_lost_is_settled_with_its_retry(self):
+        # The end and its retry are committed, but the answer is lost (on
+        # PostgreSQL, CommitUnknown: the connection broke at the commit).
+        # Tried again, the settle would find the job no longer running:
+        # the table is read, and the end there is this one, retry and all.
+        policy = JobPolicy.parse({"retries": "1", "backoff": "1m"}).to_json()
+        self.successResultOf(self.store.add(JobRecord(id="a", project="p", spider="s",
+                                                      spider_file="/p/s.py", policy=policy)))
+        self.successResultOf(self.store.claim_next("node", ["p"], 10.0))
+        write = self.store.mark_finished
+        self.store.mark_finished = lambda *a, **k: write(*a, **k).addCallback(
+            lambda _: defer.fail(StoreError("the connection was lost as it was committed")))
+        launcher = FakeLauncher()
+        retries = []
+        launcher.settled = lambda record: (launcher.announced.append(
+            (record.id, record.state, record.outcome)), retries.append(record.retry))
+        _, _, ended = self.settle(launcher)
+        self.assertEqual((ended["a"].outcome, ended["a"].reason), ("lost", "lost"))
+        (retry,) = retries
+        self.assertEqual((retry.id, retry.state, retry.attempt), ("a.r1", "pending", 2))
+
+    def test_an_end_not_written_after_all_is_settled_again_later(self):
+        self.running("a")
+        self.store.mark_finished = lambda *a, **k: defer.fail(StoreError("disk full"))
+        failure = self.failureResultOf(settle_left_running(
+            self.store, FakeLauncher(), self.dir, None, self.clock), StoreError)
+        self.assertEqual(failure.value.message, "disk full")
+        self.assertEqual(self.get("a").state, "running")
 
     def test_no_identity_recorded_is_never_adopted(self):
         # A table written before identities were recorded.

@@ -6,19 +6,19 @@ import os
 from dataclasses import replace
 from types import SimpleNamespace
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from netweir_serve.jobs.core import build_job_core
-from netweir_serve.jobs.events import CHANGED, ENDED
+from netweir_serve.jobs.events import CHANGED, ENDED, STARTED
 from netweir_serve.jobs.files import job_files
-from netweir_serve.jobs.process import CANCEL_SIGNAL, private_arguments
+from netweir_serve.jobs.process import CANCEL_SIGNAL, KILL_SIGNAL, private_arguments
 from netweir_serve.projects import Project, ProjectTable
 from netweir_serve.jobs.deadlines import (
     EXPIRE_KIND, STALL_KIND, TIMEOUT_KIND, Deadlines, timed_settings)
 from netweir_serve.reliability.policy import JobPolicy
 from netweir_serve.service import _hear_deadlines
-from netweir_serve.store.records import JobRecord
+from netweir_serve.store.records import JobRecord, StoreError
 from netweir_serve.store.sqlite import SQLiteJobStore
 
 from .fakes import FakeProcessReactor, SignalLog
@@ -153,12 +153,27 @@ class OneTimerTests(unittest.TestCase):
         rig.tick(100)
         self.assertEqual(rig.cancels, {})
 
+    def test_a_timeout_and_a_stall_due_in_one_firing_cancel_once(self):
+        # Both fall due at 10 s: the first cancels, and its "changed" event
+        # ends the other, which the same firing must then pass over (a
+        # failure logged here fails the test).
+        rig = DeadlineRig(self)
+        now = rig.reactor.seconds()
+        rig.submit("a", {"timeout": "10", "stall": "10"})
+        self.assertEqual(rig.deadlines.due_at(TIMEOUT_KIND, "a"),
+                         rig.deadlines.due_at(STALL_KIND, "a"))
+        rig.tick(10)
+        self.assertEqual(rig.cancels, {"a": (now + 10, "timeout")})
+        self.assertEqual(rig.deadlines.fired, {TIMEOUT_KIND: 1, STALL_KIND: 0, EXPIRE_KIND: 0})
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.timers(), [])
+
     def test_a_cancel_asked_first_is_left_alone_and_its_reason_stands(self):
         rig = DeadlineRig(self)
-        rig.submit("a", {"timeout": "10", "stall": "5"})
+        rig.submit("a", {"timeout": "20", "stall": "10"})
         rig.cancel("a")
         self.assertEqual(rig.timers(), [])
-        rig.tick(20)
+        rig.tick(25)
         # No second cancel (which would have killed it at once).
         self.assertEqual(rig.cancels["a"][1], "cancel.json")
         self.assertEqual([s for s in rig.signals.sent if s[1] == CANCEL_SIGNAL],
@@ -183,6 +198,87 @@ class OneTimerTests(unittest.TestCase):
         rig.wall.advance(-3600)
         rig.reactor.advance(60)
         self.assertEqual(rig.cancels, {"a": (now + 60, "timeout")})
+
+
+def hold_mark_started(rig):
+    """The store writes each start at once, but its answer waits: returns
+    the list of (answer, Deferred handed back) to release by hand."""
+    write = rig.store.mark_started
+    held = []
+
+    def late(*args, **kwargs):
+        d = defer.Deferred()
+        held.append((write(*args, **kwargs), d))
+        return d
+
+    rig.store.mark_started = late
+    return held
+
+
+class StartTests(unittest.TestCase):
+    def test_a_job_whose_start_was_not_recorded_is_watched_all_the_same(self):
+        rig = DeadlineRig(self)
+        now = rig.reactor.seconds()
+        write = rig.store.mark_started
+        rig.store.mark_started = lambda *a, **k: defer.fail(StoreError("disk full"))
+        started = []
+        rig.events.subscribe(lambda kind, record: started.append(record), kinds=(STARTED,))
+        rig.submit("a", {"timeout": "30", "stall": "20"})
+        rig.store.mark_started = write
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        # Announced with the start time of its claim (the table has no pid).
+        (record,) = started
+        self.assertEqual((record.id, record.start_time), ("a", WALL_START))
+        self.assertEqual(rig.deadlines.due_at(TIMEOUT_KIND, "a"), now + 30)
+        self.assertEqual(rig.deadlines.due_at(STALL_KIND, "a"), now + 20)
+        rig.tick(20)
+        self.assertEqual(rig.cancels, {"a": (now + 20, "stalled")})
+
+    def test_a_cancel_asked_before_the_start_is_recorded_keeps_the_deadlines_off(self):
+        # The start is written, then cancel.json comes before its answer:
+        # the row the answer carries says no cancel. The job's own state
+        # stands, so no stall is set, and nothing kills the job early.
+        rig = DeadlineRig(self)
+        held = hold_mark_started(rig)
+        rig.submit("a", {"stall": "10", "timeout": "20"})
+        rig.cancel("a")
+        ((answer, d),) = held
+        answer.chainDeferred(d)
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.timers(), [])
+        self.assertTrue(rig.launcher._running["a"].record.cancel_requested)
+        rig.tick(25)
+        pid = rig.get("a").pid
+        self.assertEqual([s for s in rig.signals.sent if s[0] == pid],
+                         [(pid, CANCEL_SIGNAL, False)])
+        self.assertEqual(rig.cancels["a"][1], "cancel.json")
+        self.assertEqual(rig.deadlines.fired, {TIMEOUT_KIND: 0, STALL_KIND: 0, EXPIRE_KIND: 0})
+
+    def test_a_job_that_ended_before_its_start_was_recorded_is_not_watched(self):
+        rig = DeadlineRig(self)
+        held = hold_mark_started(rig)
+        started = []
+        rig.events.subscribe(lambda kind, record: started.append(record.id), kinds=(STARTED,))
+        rig.submit("a", {"stall": "10", "timeout": "20"})
+        ((answer, d),) = held
+        rig.exit("a", 0)
+        answer.chainDeferred(d)
+        self.assertEqual(started, [])
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.timers(), [])
+
+    def test_a_deadline_never_turns_a_cancel_under_way_into_a_kill(self):
+        # However a deadline finds a job being cancelled (an event missed,
+        # heard late), its cancel does nothing: the first cancel's grace
+        # and reason stand.
+        rig = DeadlineRig(self)
+        rig.submit("a", {})
+        rig.cancel("a")
+        self.assertFalse(rig.launcher.cancel_once("a", "timeout"))
+        self.assertFalse(rig.launcher.cancel_once("gone", "timeout"))
+        pid = rig.get("a").pid
+        self.assertNotIn((pid, KILL_SIGNAL, False), rig.signals.sent)
+        self.assertEqual(rig.get("a").reason, "cancel.json")
 
 
 class AdoptionTests(unittest.TestCase):
@@ -355,6 +451,62 @@ class ExpireTests(unittest.TestCase):
         self.assertEqual(rig.reactor.processes, [])
         rig.poller.stop()
 
+    def test_start_fires_only_once_the_drops_it_asked_are_answered(self):
+        # On PostgreSQL a drop waits for a connection of the pool, as a
+        # claim does: the poller starts only once start() fires, so no
+        # claim of the poller's can come before the drops.
+        rig = DeadlineRig(self, max_jobs=1)
+        self.successResultOf(rig.store.add(JobRecord(
+            id="yesterday", project="shop", spider="books", spider_file=rig.spider_file,
+            created=rig.wall.seconds() - 86400,
+            policy=JobPolicy.parse({"expire": "2h"}).to_json())))
+        expire = rig.deadlines._expire_pending
+        held = []
+
+        def slow(jobid):
+            d = defer.Deferred()
+            held.append((jobid, d))
+            return d
+        rig.deadlines._expire_pending = slow
+        started = rig.deadlines.start()
+        self.assertNoResult(started)
+        ((jobid, d),) = held
+        expire(jobid).chainDeferred(d)
+        self.successResultOf(started)
+        self.assertEqual(rig.get("yesterday").reason, "expired")
+
+    def test_pending_jobs_unread_at_start_are_read_again_on_a_timer(self):
+        # On SQLite no LISTEN comes back to read them again: without the
+        # timer, no expiry would be watched all this run.
+        rig = DeadlineRig(self, max_jobs=0)
+        self.successResultOf(rig.store.add(JobRecord(
+            id="old", project="shop", spider="books", spider_file=rig.spider_file,
+            created=rig.wall.seconds() - 50,
+            policy=JobPolicy.parse({"expire": "1m"}).to_json())))
+        read = rig.store.jobs
+        fails = [StoreError("database is locked")] * 2
+        rig.store.jobs = lambda: defer.fail(fails.pop()) if fails else read()
+        self.successResultOf(rig.deadlines.start())
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        self.assertEqual(rig.deadlines.watching(), 0)
+        rig.tick(5)
+        # The second failure is quiet (the first said it is tried again).
+        self.assertEqual((rig.deadlines.watching(), self.flushLoggedErrors(StoreError)), (0, []))
+        rig.tick(5)
+        self.assertEqual(rig.deadlines.watching(), 0)
+        self.assertEqual(rig.get("old").reason, "expired")
+        self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 1)
+        rig.tick(60)
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
+    def test_stop_ends_the_reads_again(self):
+        rig = DeadlineRig(self, max_jobs=0)
+        rig.store.jobs = lambda: defer.fail(StoreError("database is locked"))
+        self.successResultOf(rig.deadlines.start())
+        self.flushLoggedErrors(StoreError)
+        rig.deadlines.stop()
+        self.assertEqual(rig.reactor.getDelayedCalls(), [])
+
     def test_a_job_another_node_claimed_is_left_alone(self):
         rig = DeadlineRig(self, max_jobs=0)
         rig.submit("a", {"expire": "10"})
@@ -363,6 +515,40 @@ class ExpireTests(unittest.TestCase):
         self.assertEqual(rig.get("a").state, "running")
         self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 0)
         self.assertEqual(rig.timers(), [])
+
+
+class RetryExpireTests(unittest.TestCase):
+    def test_a_retrys_expire_counts_from_its_not_before(self):
+        # A backoff of 2 m (126 s with the jitter) and an expire of 1 m:
+        # counted from the retry's writing, every retry would be dropped.
+        rig = DeadlineRig(self, max_jobs=1)
+        rig.store._jitter = lambda: 0.5
+        rig.submit("a", {"retries": "2", "backoff": "2m", "expire": "1m"})
+        rig.exit("a", 1)
+        retry = rig.get("a.r1")
+        self.assertEqual(retry.not_before, retry.created + 126)
+        self.assertEqual(rig.deadlines.due_at(EXPIRE_KIND, "a.r1"),
+                         rig.reactor.seconds() + 126 + 60)
+        rig.tick(61)
+        self.assertEqual(rig.get("a.r1").state, "pending")
+        rig.tick(65)
+        rig.settle()
+        self.assertEqual(rig.get("a.r1").state, "running")
+        self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 0)
+
+    def test_a_retry_still_waiting_for_a_slot_past_its_expire_is_dropped(self):
+        rig = DeadlineRig(self, max_jobs=1)
+        rig.store._jitter = lambda: 0.5
+        rig.submit("a", {"retries": "1", "backoff": "2m", "expire": "1m"})
+        rig.exit("a", 1)
+        rig.submit("blocker", {})
+        rig.tick(126 + 59)
+        self.assertEqual(rig.get("a.r1").state, "pending")
+        rig.tick(1)
+        record = rig.get("a.r1")
+        self.assertEqual((record.outcome, record.reason), ("cancelled", "expired"))
+        self.assertEqual(record.end_time, record.not_before + 60)
+        self.assertEqual(rig.deadlines.fired[EXPIRE_KIND], 1)
 
 
 class MaxTimeTests(unittest.TestCase):

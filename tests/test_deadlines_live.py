@@ -63,11 +63,11 @@ class DeadlineChecks:
         daemon = self.serve()
         # The first page answers; the second in ten minutes (Netweir's own
         # timeout is 30 s): no page, item, error or log line after the first.
-        jobid = daemon.must_schedule("shop", "slow", delay="600", _stall="3")
+        jobid = daemon.must_schedule("shop", "slow", delay="600", _stall="10")
         entry = daemon.wait_state(jobid, "finished", timeout=45)
         self.assertEqual((entry["outcome"], entry["reason"]), ("cancelled", "stalled"))
         self.assertEqual([item["n"] for item in items_of(daemon, entry)], [0])
-        self.assertIn(f"job {jobid}: no new page, item or error and no new log line for 3s"
+        self.assertIn(f"job {jobid}: no new page, item or error and no new log line for 10s"
                       " (its stall); cancelling it", daemon.output())
         self.assertEqual(value(scrape(daemon), "netweir_serve_deadlines_total",
                                kind="stall"), 1)

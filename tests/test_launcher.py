@@ -550,6 +550,42 @@ class RecordingFailureTests(unittest.TestCase):
         rig.exit("b", 130)
         self.assertEqual(stopped, [None])
 
+    def test_later_tries_at_an_end_go_on_quietly_through_store_errors(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("a")
+        self.exit_while_ends_fail(rig, "a")
+        real, tries = rig.store.mark_finished, []
+
+        def still_failing(*args, **kwargs):
+            tries.append(1)
+            if len(tries) < 3:
+                return defer.fail(StoreError("disk I/O error"))
+            return real(*args, **kwargs)
+        self.patch(rig.store, "mark_finished", still_failing)
+        for _ in range(3):
+            rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual((len(tries), rig.get("a").state), (3, "finished"))
+        # Only the first failure is said; the tries after it are quiet.
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+
+    def test_a_fault_of_ours_in_a_later_try_at_an_end_is_logged_once_and_ends_the_tries(self):
+        rig = Rig(self, max_jobs=1)
+        rig.schedule("a")
+        self.exit_while_ends_fail(rig, "a")
+        self.flushLoggedErrors(StoreError)
+        tries = []
+
+        def broken(*args, **kwargs):
+            tries.append(1)
+            return defer.fail(TypeError("a bug"))
+        self.patch(rig.store, "mark_finished", broken)
+        for _ in range(10):
+            rig.reactor.advance(launcher_module.END_RETRY_DELAY)
+        self.assertEqual(len(tries), 1)
+        self.assertEqual(len(self.flushLoggedErrors(TypeError)), 1)
+        self.assertEqual([c for c in rig.reactor.getDelayedCalls()
+                          if c.func == rig.launcher._record_end_again], [])
+
     def test_an_end_recorded_late_after_another_was_recorded_is_dropped(self):
         rig = Rig(self, max_jobs=1)
         rig.schedule("a")

@@ -157,6 +157,8 @@ class GivenOverHttpTests(unittest.TestCase):
                 ({"_timeout": "0"}, "_timeout '0' is too short"),
                 ({"_timeout": "-5"}, "_timeout '-5' is not a duration"),
                 ({"_stall": "1w"}, "_stall '1w' is not a duration"),
+                ({"_stall": "3s"}, "_stall '3s' is too short: the least is 10s (progress is"
+                                   " seen every 5 s)"),
                 ({"_retries": "11"}, "_retries '11' is too many: the most is 10"),
                 ({"_retry_on": "cancelled"}, "'cancelled' is not an outcome or reason"),
                 ({"_backoff": "0s"}, "_backoff '0s' is too short"),

@@ -51,6 +51,20 @@ class ParseTests(unittest.TestCase):
         for value in ("inf", "nan", "-1", "zero"):
             self.assertRaises(PolicyError, JobPolicy.parse, {"cpu": value})
 
+    def test_a_stall_under_two_rewrites_of_the_stats_is_refused(self):
+        # Progress is seen when the crawl rewrites its stats, every 5 s: a
+        # shorter stall would cancel a crawl that is progressing.
+        for value in ("3s", "9", "0"):
+            with self.assertRaises(PolicyError) as raised:
+                JobPolicy.parse({"_stall": value}, prefix="_")
+            self.assertEqual(raised.exception.message,
+                             f"_stall '{value}' is too short: the least is 10s (progress is"
+                             " seen every 5 s)")
+        self.assertEqual(JobPolicy.parse({"stall": "10"}).stall, 10)
+        # The other durations keep their least, a second.
+        self.assertEqual(JobPolicy.parse({"timeout": "3s", "expire": "1"}),
+                         JobPolicy(timeout=3, expire=1))
+
     def test_sizes_are_powers_of_1024(self):
         self.assertEqual(JobPolicy.parse({"memory": "1.5G"}).memory, 1536 << 20)
         self.assertEqual(JobPolicy.parse({"memory": "64MiB"}).memory, 64 << 20)

@@ -7,6 +7,7 @@ The table's own part (the retry written with the end) is the contract's
 import json
 from types import SimpleNamespace
 
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python import usage
 from twisted.trial import unittest
@@ -16,7 +17,8 @@ from netweir_serve.jobs.events import ENDED, QUEUED, JobEvents
 from netweir_serve.jobs.notify import Notifier
 from netweir_serve.options import parse_outcomes
 from netweir_serve.reliability.policy import MAX_RETRIES, JobPolicy
-from netweir_serve.store.records import FINISHED, PENDING, JobRecord
+from netweir_serve.jobs.launcher import END_RETRY_DELAY
+from netweir_serve.store.records import FINISHED, PENDING, JobRecord, StoreError
 from netweir_serve.store.runpolicy import RunningSet
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from netweir_serve.web.views import format_time, job_entry
@@ -26,12 +28,21 @@ from .test_metrics import FakeStore, samples, value
 from .test_notify import FakeAgent
 
 
+# The time of day the wall clock starts at: far from the reactor's
+# (monotonic) clock, as in the service, so that a retry's wait measured on
+# the wrong one (not_before is a time of day) shows.
+WALL_START = 1_790_000_000.0
+
+
 class RetryRig(Rig):
     """The job core on a Clock, with jobs that carry a policy, and the
-    events it publishes in order."""
+    events it publishes in order. Its wall clock (the table's times) is a
+    Clock of its own: ``advance`` moves both."""
 
     def __init__(self, test, max_jobs=5, jitter=0.5):
-        super().__init__(test, max_jobs=max_jobs)
+        self.wall = Clock()
+        self.wall.advance(WALL_START)
+        super().__init__(test, max_jobs=max_jobs, wall=self.wall)
         # Half the jitter: each wait is its backoff times 1.05.
         self.store._jitter = lambda: jitter
         self.heard = []
@@ -46,6 +57,12 @@ class RetryRig(Rig):
             checked, jobid=jobid, policy=JobPolicy.parse(policy).to_json()))
         self.settle()
         return record
+
+    def advance(self, seconds):
+        """Time passes alike on the wall and the reactor (the wall first:
+        what the reactor's calls do reads it)."""
+        self.wall.advance(seconds)
+        self.reactor.advance(seconds)
 
     def due_timers(self):
         """The poller's timers for retries (its safety net is not started)."""
@@ -66,17 +83,20 @@ class RetryingJobCoreTests(unittest.TestCase):
                           retry.arguments), (PENDING, 2, "a", (("checkpoint", "ck"),),
                                              (("category", "fiction"),)))
         self.assertEqual(retry.not_before, rig.get("a").end_time + 10.5)
-        self.assertEqual(len(rig.due_timers()), 1)
-        rig.reactor.advance(10.4)
+        # The poller's one timer, on the reactor's clock, 10.5 s on: the
+        # wait is measured on the wall clock that not_before is a time of.
+        [timer] = rig.due_timers()
+        self.assertEqual(timer.getTime(), rig.reactor.seconds() + 10.5)
+        rig.advance(10.4)
         self.assertEqual(rig.get("a.r1").state, PENDING)
-        rig.reactor.advance(0.1)
+        rig.advance(0.1)
         rig.settle()
         self.assertEqual(rig.get("a.r1").state, "running")
         rig.exit("a.r1", 1)
         second = rig.get("a.r2")
         # Twice the first wait, with the same jitter.
         self.assertEqual(second.not_before - rig.get("a.r1").end_time, 21.0)
-        rig.reactor.advance(21)
+        rig.advance(21)
         rig.settle()
         rig.exit("a.r2", 1)
         last = rig.get("a.r2")
@@ -98,16 +118,48 @@ class RetryingJobCoreTests(unittest.TestCase):
         self.assertEqual(len(rig.jobs()[0]), 5)
         [timer] = rig.due_timers()
         self.assertEqual(timer.getTime(), start + 21.0)
-        rig.reactor.advance(21)
+        rig.advance(21)
         rig.settle()
         self.assertEqual(sorted(r.id for r in rig.jobs()[1]), ["j2.r1", "j4.r1"])
         [timer] = rig.due_timers()
         self.assertEqual(timer.getTime(), start + 35 * 1.05)
-        rig.reactor.advance(35 * 1.05 - 21)
+        rig.advance(35 * 1.05 - 21)
         rig.settle()
         self.assertIn("j5.r1", [r.id for r in rig.jobs()[1]])
         [timer] = rig.due_timers()
         self.assertEqual(timer.getTime(), start + 50 * 1.05)
+
+    def test_a_retry_written_by_an_end_whose_answer_was_lost_is_announced(self):
+        # On a shared table the end is written, retry and all, but its
+        # answer is lost: the end is held, tried again, found recorded as
+        # this node's own, and then told with the retry read from the table.
+        rig = RetryRig(self)
+        rig.store.shared = True
+        write = rig.store.mark_finished
+        answers = []
+
+        def first_answer_lost(*args, **kwargs):
+            answers.append(1)
+            written = write(*args, **kwargs)
+            if len(answers) == 1:
+                return written.addCallback(lambda _: defer.fail(StoreError("answer lost")))
+            return written
+        rig.store.mark_finished = first_answer_lost
+        rig.schedule_with("a", {"retries": "1", "backoff": "1m"})
+        rig.exit("a", 1)
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        self.assertEqual(rig.ended, [])
+        rig.advance(END_RETRY_DELAY)
+        self.assertEqual(rig.heard[-2:], [(ENDED, "a"), (QUEUED, "a.r1")])
+        (ended,) = rig.ended
+        self.assertEqual((ended.retry.id, ended.retry.not_before),
+                         ("a.r1", rig.get("a.r1").not_before))
+        [timer] = rig.due_timers()
+        self.assertEqual(timer.getTime() - rig.reactor.seconds(),
+                         rig.get("a.r1").not_before - rig.wall.seconds())
+        rig.advance(rig.get("a.r1").not_before - rig.wall.seconds())
+        rig.settle()
+        self.assertEqual(rig.get("a.r1").state, "running")
 
     def test_a_slot_freed_later_starts_a_retry_already_due(self):
         rig = RetryRig(self, max_jobs=1)
@@ -115,7 +167,7 @@ class RetryingJobCoreTests(unittest.TestCase):
         rig.exit("a", 1)
         rig.schedule("busy")
         self.assertEqual(rig.get("busy").state, "running")
-        rig.reactor.advance(6)
+        rig.advance(6)
         rig.settle()
         self.assertEqual(rig.get("a.r1").state, PENDING)
         rig.exit("busy", 0)
@@ -128,7 +180,7 @@ class RetryingJobCoreTests(unittest.TestCase):
         self.assertEqual(rig.cancel("a.r1"), PENDING)
         ended = rig.get("a.r1")
         self.assertEqual((ended.outcome, ended.reason), ("cancelled", "cancel.json"))
-        rig.reactor.advance(60)
+        rig.advance(60)
         rig.settle()
         self.assertEqual(rig.jobs()[:2], ([], []))
         self.assertIsNone(rig.get("a.r2"))

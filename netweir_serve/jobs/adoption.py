@@ -24,7 +24,8 @@ from .files import files_of, read_exit_status, read_stats
 from .logstats import append_stats
 from .outcomes import end_of
 from .process import KILL_SIGNAL, RUN_MARK_VARIABLE, run_mark, send_signal
-from ..store.records import LOST, NOT_STARTED
+from ..store.records import FINISHED, LOST, NOT_STARTED, StoreError
+from ..store.retrying import with_written_retry
 
 log = Logger()
 
@@ -124,8 +125,8 @@ def _settle(store, directory, record, clock):
                   else "the service stopped before the job's process started")
         log.warn("job {jobid} was running when the service stopped: marked lost",
                  jobid=record.id)
-        return store.mark_finished(record.id, "lost", clock.seconds(), stats=stats,
-                                   reason=LOST, detail=detail)
+        return _record_end(store, record.id, dict(
+            outcome="lost", end_time=clock.seconds(), stats=stats, reason=LOST, detail=detail))
     not_started = written.get("not_started")
     outcome, reason = end_of(record, written["exit_status"], oom=bool(written.get("oom")),
                              not_started=not_started)
@@ -137,6 +138,38 @@ def _settle(store, directory, record, clock):
         pass
     log.info("job {jobid} ended while no service watched it: {outcome} (exit status"
              " {status})", jobid=record.id, outcome=outcome, status=written["exit_status"])
-    return store.mark_finished(record.id, outcome, end_time,
-                               exit_status=written["exit_status"], stats=stats, reason=reason,
-                               detail=detail)
+    return _record_end(store, record.id, dict(
+        outcome=outcome, end_time=end_time, exit_status=written["exit_status"], stats=stats,
+        reason=reason, detail=detail))
+
+
+def _record_end(store, jobid, end):
+    """Records ``end`` of ``jobid``: a Deferred of the ended record (its
+    retry on it), or None when another node's end stood first."""
+    recorded = store.mark_finished(jobid, **end)
+    recorded.addErrback(_recorded_after_all, store, jobid, end)
+    return recorded
+
+
+@defer.inlineCallbacks
+def _recorded_after_all(failure, store, jobid, end):
+    # A write whose answer was lost (PostgreSQL's CommitUnknown: the
+    # connection broke at the commit) may have been made. Tried again
+    # later, the settle would no longer find the job running, and neither
+    # its end nor its retry would ever be announced: the table is read,
+    # and an end there that is this one is this settle's, retry and all.
+    failure.trap(StoreError)
+    try:
+        stored = yield store.get(jobid)
+    except StoreError:
+        return failure
+    if stored is None or stored.state != FINISHED or (stored.outcome, stored.end_time) != (
+            end["outcome"], end["end_time"]):
+        return failure
+    log.info("job {jobid}: its end was recorded though the answer was lost", jobid=jobid)
+    try:
+        stored = yield with_written_retry(store, stored)
+    except StoreError as e:
+        log.warn("job {jobid}: could not look for the retry its end queued: {why}; the"
+                 " poller's next poll finds it", jobid=jobid, why=e.message)
+    return stored

@@ -17,7 +17,7 @@ heap is rebuilt from the live entries once the stale ones outnumber them.
   of the machine's clock afterwards moves no deadline. An adopted job
   (jobs/adoption.py) keeps its deadline, counted from the start time the
   table kept (one already past fires at once). When it falls due, the job
-  is cancelled as cancel.json cancels it (``Launcher.cancel``: SIGTERM,
+  is cancelled as cancel.json cancels it (``Launcher.cancel_once``: SIGTERM,
   items closed, checkpoint, the grace before the kill) with reason
   ``timeout``. The crawl is also given Netweir's own ``max_time`` at
   MAX_TIME_SHARE of the timeout (``timed_settings``), unless the job sets
@@ -35,14 +35,16 @@ heap is rebuilt from the live entries once the stale ones outnumber them.
   Otherwise the job is cancelled with reason ``stalled``. The stall
   counts from the job's start here, and for an adopted job from its
   adoption: what it did while no service watched is not known.
-- ``expire``: due at the job's ``created`` time plus the expiry. It is
+- ``expire``: due at the job's ``created`` time plus the expiry (a
+  retry's: its ``not_before``, the end of its backoff). It is
   dropped, never started (``expire_pending``, the scheduler's guarded
   ``IJobStore.cancel_pending``: only if it is still pending, so a claim
   that came first wins) and ends ``cancelled`` with reason ``expired``.
   On a shared table every node watches the pending jobs of the projects
   it serves, however queued (the other nodes' queued jobs come as job
   events marked elsewhere, and all of them are read from the table at
-  start and when the LISTEN connection comes back), and the guarded write
+  start, again every few seconds until that read works, and when the
+  LISTEN connection comes back), and the guarded write
   makes one of them drop the job: the others find it no longer pending
   and do nothing. A node's timeout and stall watch only the jobs it runs.
 
@@ -73,6 +75,8 @@ PROGRESS_STATS = ("fetched", "pages_served", "items", "failed", "callback_errors
 
 # Seconds before an expiry the table could not write is tried again.
 EXPIRE_RETRY_SECONDS = 5.0
+# Seconds before the pending jobs, unread at start, are read again.
+PENDING_REREAD_SECONDS = 5.0
 
 
 def max_time_setting(timeout):
@@ -95,6 +99,16 @@ def progress_of(stats):
     if not stats:
         return None
     return tuple(stats.get(name) for name in PROGRESS_STATS)
+
+
+def waits_from(record):
+    """When a pending job began to wait for a slot (a time of day): when it
+    was queued, or a retry's ``not_before``. A retry is written with the
+    end that caused it, then waits out its backoff, which is no delay of
+    the queue's: counted from its writing, a retry whose backoff is longer
+    than its expire would be dropped every time."""
+    return record.created if record.not_before is None else max(record.created,
+                                                               record.not_before)
 
 
 class _Watch:
@@ -120,9 +134,10 @@ class Deadlines:
 
     ``reactor`` times the deadlines (``callLater``, ``seconds``: monotonic
     in the service); ``wall`` gives the time of day the table's times are
-    in. ``launcher`` (ILauncher) cancels a running job (``cancel(jobid,
-    reason=)``) and tells its last stats (``running_stats``) and the size
-    of its log (``log_size``); ``expire_pending(jobid)`` drops a pending
+    in. ``launcher`` (ILauncher) cancels a running job unless it is
+    being cancelled already (``cancel_once(jobid, reason)``) and tells its
+    last stats (``running_stats``) and the size of its log
+    (``log_size``); ``expire_pending(jobid)`` drops a pending
     job if it still is (IScheduler.expire: a Deferred of the ended record,
     or None); ``serves(project)`` says whether this node serves a project
     (whose pending jobs it expires); ``store`` (IJobStore), when given, is
@@ -145,6 +160,8 @@ class Deadlines:
         self._heap = []           # (at, seq, _Watch), stale ones included
         self._seq = itertools.count()
         self._call = None
+        # The read of the pending jobs tried again after it failed at start.
+        self._reread = None
         self._firing = False
         self._stopped = False
         self.fired = dict.fromkeys(KINDS, 0)
@@ -157,7 +174,7 @@ class Deadlines:
             return
         expire = JobPolicy.from_json(record.policy).expire
         if expire is not None:
-            self._watch(EXPIRE_KIND, record.id, self._due(record.created + expire), expire)
+            self._watch(EXPIRE_KIND, record.id, self._due(waits_from(record) + expire), expire)
 
     def started(self, record):
         """A job started here, or was adopted: its running deadlines are
@@ -204,31 +221,72 @@ class Deadlines:
 
     def start(self):
         """Watches the pending jobs the table holds (queued before this
-        start, or by other nodes). Fires when they are read, and those
-        already past their expiry (the service was down) are being
-        dropped: call it before the poller starts, so that their drops
-        are asked before any claim. A failure to read them is logged."""
+        start, or by other nodes). Fires once they are read and those
+        already past their expiry (the service was down) are dropped (or
+        found claimed): call it before the poller starts, so that no claim
+        comes before their drops (on PostgreSQL the drops wait for a
+        connection of the pool, as a claim would). A failure to read them
+        is logged, and the read tried again every PENDING_REREAD_SECONDS
+        until it works: on SQLite nothing else would read them again."""
         self._stopped = False
-        return self.resync().addCallback(lambda _: self._fire_due())
+        read = self._read_pending()
+        read.addCallback(self._read_at_start)
+        return read
+
+    def _read_at_start(self, read):
+        if not read:
+            self._read_later()
+            return None
+        return self._fire_due()
+
+    def _read_later(self):
+        if not self._stopped:
+            self._reread = self._reactor.callLater(PENDING_REREAD_SECONDS, self._read_again)
+
+    def _read_again(self):
+        self._reread = None
+        if self._stopped:
+            return
+        read = self._read_pending(quietly=True)
+        read.addCallback(lambda done: self.log.info(
+            "read the pending jobs to watch their expiry") if done else self._read_later())
 
     def _fire_due(self):
+        """Fires the deadlines already due; a Deferred of the drops that
+        asks (each handles its own failure)."""
+        drops = []
         if self._heap and self._heap[0][0] <= self._reactor.seconds():
             if self._call is not None and self._call.active():
                 self._call.cancel()
-            self._fire()
+            drops = self._fire()
+        return defer.gatherResults(drops).addCallback(lambda _: None)
 
     def resync(self):
         """Reads the pending jobs again: changes may have gone unheard."""
+        return self._read_pending().addCallback(lambda _: None)
+
+    def _read_pending(self, quietly=False):
+        """Watches the pending jobs the table holds: a Deferred of whether
+        they could be read (a failure is logged, unless ``quietly``)."""
         if self._store is None:
-            return defer.succeed(None)
+            return defer.succeed(True)
         read = defer.maybeDeferred(self._store.jobs)
         read.addCallback(lambda lists: [self.queued(r) for r in lists[0]])
-        read.addErrback(lambda f: self.log.failure(
-            "could not read the pending jobs to watch their expiry", f))
-        return read.addCallback(lambda _: None)
+        read.addCallback(lambda _: True)
+
+        def failed(failure):
+            if not quietly:
+                self.log.failure("could not read the pending jobs to watch their expiry;"
+                                 " trying again every {s:g} s", failure,
+                                 s=PENDING_REREAD_SECONDS)
+            return False
+        return read.addErrback(failed)
 
     def stop(self):
         self._stopped = True
+        if self._reread is not None and self._reread.active():
+            self._reread.cancel()
+        self._reread = None
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
@@ -295,6 +353,7 @@ class Deadlines:
     def _fire(self):
         self._call = None
         now = self._reactor.seconds()
+        drops = []  # the expiries' Deferreds, for start to wait on
         due = []
         while self._heap and self._heap[0][0] <= now:
             entry = heapq.heappop(self._heap)
@@ -303,14 +362,23 @@ class Deadlines:
         self._firing = True
         try:
             for watch in due:
+                if self._watches.get((watch.kind, watch.key)) is not watch:
+                    # Gone with an earlier one of this firing: a job's
+                    # timeout and stall due together, and the first
+                    # cancel's "changed" event ends the other.
+                    continue
                 try:
-                    self._fell_due(watch, now)
+                    dropped = self._fell_due(watch, now)
                 except Exception:
                     self.log.failure("job {jobid}: its {kind} deadline failed",
                                      jobid=watch.jobid, kind=watch.kind)
+                else:
+                    if dropped is not None:
+                        drops.append(dropped)
         finally:
             self._firing = False
         self._arm()
+        return drops
 
     def _fell_due(self, watch, now):
         if watch.kind == STALL_KIND:
@@ -321,11 +389,11 @@ class Deadlines:
                 watch.at = again
                 self._push(watch)
                 return
-        del self._watches[(watch.kind, watch.key)]
+        self._watches.pop((watch.kind, watch.key), None)
         if watch.kind == EXPIRE_KIND:
-            self._expire(watch)
-        else:
-            self._cancel(watch)
+            return self._expire(watch)
+        self._cancel(watch)
+        return None
 
     # -- what a deadline does ----------------------------------------------------------
 
@@ -339,6 +407,12 @@ class Deadlines:
 
     def _cancel(self, watch):
         reason = TIMEOUT if watch.kind == TIMEOUT_KIND else STALLED
+        # Its other deadline goes with the cancel's "changed" event. A job
+        # already being cancelled (its event not heard yet) is left to
+        # that cancel's grace and reason: a second cancel would kill it.
+        if not self._launcher.cancel_once(watch.jobid, reason):
+            return
+        self.fired[watch.kind] += 1
         if watch.kind == TIMEOUT_KIND:
             self.log.warn("job {jobid}: still running at its timeout ({seconds}); cancelling"
                           " it", jobid=watch.jobid, seconds=format_duration(watch.seconds))
@@ -346,22 +420,21 @@ class Deadlines:
             self.log.warn("job {jobid}: no new page, item or error and no new log line for"
                           " {seconds} (its stall); cancelling it", jobid=watch.jobid,
                           seconds=format_duration(watch.seconds))
-        # Its other deadline goes with the cancel's "changed" event.
-        if self._launcher.cancel(watch.jobid, reason=reason):
-            self.fired[watch.kind] += 1
 
     def _expire(self, watch):
         dropped = defer.maybeDeferred(self._expire_pending, watch.jobid)
         dropped.addCallback(self._expired, watch)
         dropped.addErrback(self._not_expired, watch)
+        return dropped
 
     def _expired(self, record, watch):
         if record is None:
             return  # claimed first, or dropped by another node
         self.fired[EXPIRE_KIND] += 1
         self.log.warn("job {jobid}: still pending at its expiry ({seconds} after it was"
-                      " queued); dropped, never started", jobid=watch.jobid,
-                      seconds=format_duration(watch.seconds))
+                      " {queued}); dropped, never started", jobid=watch.jobid,
+                      seconds=format_duration(watch.seconds),
+                      queued="due" if record.not_before is not None else "queued")
 
     def _not_expired(self, failure, watch):
         if failure.check(StoreError):

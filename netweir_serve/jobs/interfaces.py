@@ -65,6 +65,11 @@ class ILauncher(Interface):
         cancelled with it; the first cancel's reason stands). Returns False
         if it is not running here."""
 
+    def cancel_once(jobid, reason):
+        """Asks the running job to stop as ``cancel`` does, with
+        ``reason``, unless a cancel is already under way (then nothing: it
+        never becomes a kill). Returns whether it asked."""
+
     def running_stats(jobid):
         """The latest stats read from a running job's stats file, or None."""
 

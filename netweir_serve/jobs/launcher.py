@@ -30,6 +30,7 @@ from .process import (
     write_private_file)
 from ..store.records import (
     CANCELLED_BY_USER, FINISHED, LOST, NOT_STARTED, SERVICE_STOPPED, StoreError)
+from ..store.retrying import with_written_retry
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps
@@ -166,8 +167,8 @@ class Launcher:
         self.log.info("job {jobid} started: {project}/{spider}, pid {pid}",
                       jobid=record.id, project=record.project, spider=record.spider, pid=pid)
         recorded = self._store.mark_started(record.id, pid, self._identify(pid))
-        recorded.addCallbacks(self._started, self._not_recorded, callbackArgs=(job,),
-                              errbackArgs=(record.id, "its process id"))
+        recorded.addCallbacks(self._started, self._start_not_recorded, callbackArgs=(job,),
+                              errbackArgs=(job,))
 
     def _watch_stats(self, job):
         self._running[fold(job.record.id)] = job
@@ -226,9 +227,26 @@ class Launcher:
         self._events.publish(QUEUED, retry)
 
     def _started(self, record, job):
+        if self._running.get(fold(job.record.id)) is not job:
+            # It ended (or was dropped or handed over) before the table
+            # answered: a "started" now would watch a job that is gone.
+            return
         if record is not None and record.state != FINISHED:
-            job.record = record
+            # The table's row, as written before any cancel asked since:
+            # the job's own cancel state stands (else its deadlines would
+            # be set again, and their cancel would kill it).
+            job.record = replace(record, cancel_requested=job.cancel_requested,
+                                 kill_requested=job.killed or record.kill_requested,
+                                 reason=job.record.reason if job.cancel_requested
+                                 else record.reason)
         self._events.publish(STARTED, job.record)
+
+    def _start_not_recorded(self, failure, job):
+        # The job runs all the same (the table catches up at its end): it
+        # is announced as started, with the start time of its claim, so
+        # that its deadlines are watched and the listing hears of it.
+        self._not_recorded(failure, job.record.id, "its process id")
+        self._started(None, job)
 
     def _not_recorded(self, failure, jobid, what):
         # The job goes on; the table is behind until its next change.
@@ -500,11 +518,23 @@ class Launcher:
         if self._stopping:
             return
         recorded = self._store.mark_finished(jobid, **end)
-        recorded.addCallbacks(self._end_recorded_late,
-                              lambda _: self._record_end_later(jobid, end, held),
-                              callbackArgs=(jobid, end, held))
+        recorded.addCallbacks(self._end_recorded_late, self._end_still_not_recorded,
+                              callbackArgs=(jobid, end, held),
+                              errbackArgs=(jobid, end, held))
         recorded.addErrback(lambda f: self.log.failure(
             "job {jobid}: could not tell of its end recorded late", f, jobid=jobid))
+
+    def _end_still_not_recorded(self, failure, jobid, end, held):
+        if failure.check(StoreError):
+            # The table is still out of reach: the first failure was logged
+            # (_end_not_recorded); trying every END_RETRY_DELAY s says no more.
+            self._record_end_later(jobid, end, held)
+            return
+        # Not the table's refusal but a fault of ours: trying again would
+        # only fail again, unseen, forever. Said once; the next start
+        # settles the job (jobs.adoption).
+        self.log.failure("job {jobid}: could not record how it ended; not trying again",
+                         failure, jobid=jobid)
 
     @defer.inlineCallbacks
     def _end_recorded_late(self, record, jobid, end, held):
@@ -525,6 +555,13 @@ class Launcher:
                 self.log.warn("job {jobid}: its end was recorded elsewhere meanwhile; this"
                               " node's is dropped", jobid=jobid)
                 return
+            # This node's own: the retry written with it came back with no
+            # answer; it is read, so that it is announced as any retry is.
+            try:
+                record = yield with_written_retry(self._store, record)
+            except StoreError as e:
+                self.log.warn("job {jobid}: could not look for the retry its end queued: {why};"
+                              " the poller's next poll finds it", jobid=jobid, why=e.message)
         self.log.info("job {jobid}: its end is recorded now", jobid=record.id)
         # Its locks are free only now: the jobs that waited for them may
         # start. Held, the end itself is told now, once; its retry, made
@@ -560,6 +597,16 @@ class Launcher:
             "job {jobid}: could not read the end recorded first", f, jobid=known.id))
 
     # -- stopping --------------------------------------------------------------
+
+    def cancel_once(self, jobid, reason):
+        """Asks the running job to stop as ``cancel`` does, with
+        ``reason``, unless a cancel is already under way: then nothing (a
+        deadline never turns a user's cancel into a kill). Returns whether
+        it asked."""
+        job = self._running.get(fold(jobid))
+        if job is None or job.cancel_requested:
+            return False
+        return self.cancel(jobid, reason=reason)
 
     def cancel(self, jobid, now=False, reason=CANCELLED_BY_USER):
         job = self._running.get(fold(jobid))

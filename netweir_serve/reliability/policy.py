@@ -23,6 +23,11 @@ MAX_DURATION = 366 * 86400
 MAX_RETRIES = 10
 # Below this a crawl's interpreter and Netweir hardly start.
 MIN_MEMORY = 64 << 20
+# A crawl rewrites its stats file every STATS_GRAIN seconds, so progress
+# is seen at that grain (jobs/deadlines.py): a stall under two grains would
+# cancel a crawl that is progressing between two rewrites.
+STATS_GRAIN = 5
+MIN_STALL = 2 * STATS_GRAIN
 # Backoff: the first wait unless given, doubled per attempt up to the most.
 DEFAULT_BACKOFF = 60
 MAX_BACKOFF = 3600
@@ -41,21 +46,28 @@ class PolicyError(ValueError):
         return self.args[0]
 
 
-def parse_duration(key, text):
-    """Whole seconds, 1 s to 366 d, from ``90``, ``90s``, ``15m``, ``6h``, ``1d``."""
+def parse_duration(key, text, least=1, why=""):
+    """Whole seconds, ``least`` (1 s) to 366 d, from ``90``, ``90s``,
+    ``15m``, ``6h``, ``1d``; ``why`` explains a ``least`` above 1 s."""
     match = _DURATION.match(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise PolicyError(f"{key} {text!r} is not a duration: give seconds (90) or a number"
                           " with s, m, h or d (90s, 15m, 6h, 1d)")
     number, unit = match.groups()
     seconds = float(number) * _SECONDS[unit]
-    if seconds < 1:
-        raise PolicyError(f"{key} {text!r} is too short: the least is 1s")
+    if seconds < least:
+        raise PolicyError(f"{key} {text!r} is too short: the least is {least}s{why}")
     if seconds > MAX_DURATION:
         raise PolicyError(f"{key} {text!r} is too long: the most is 366d")
     if seconds != int(seconds):
         raise PolicyError(f"{key} {text!r} is not a whole number of seconds")
     return int(seconds)
+
+
+def parse_stall(key, text):
+    """A stall's whole seconds: at least MIN_STALL."""
+    return parse_duration(key, text, least=MIN_STALL,
+                          why=f" (progress is seen every {STATS_GRAIN} s)")
 
 
 def parse_size(key, text, least=MIN_MEMORY):
@@ -109,7 +121,7 @@ def parse_retry_on(key, text):
 
 # Each key, how its text is read, and how it is shown back.
 _PARSERS = {
-    "timeout": parse_duration, "stall": parse_duration, "expire": parse_duration,
+    "timeout": parse_duration, "stall": parse_stall, "expire": parse_duration,
     "retries": parse_retries, "retry_on": parse_retry_on, "backoff": parse_duration,
     "memory": parse_size, "cpu": parse_cpu,
 }

@@ -6,7 +6,11 @@ the end and its retry are in the table, or neither is, and an end already
 recorded (the first end stands) changes nothing and queues nothing.
 """
 
-from ..names import is_name, retry_id
+from dataclasses import replace
+
+from twisted.internet import defer
+
+from ..names import fold, is_name, retry_id
 from ..reliability.policy import JobPolicy
 from .records import CANCELLED_BY_USER, PENDING, JobRecord
 
@@ -41,3 +45,25 @@ def retry_after(ended, jitter):
         state=PENDING, created=end_time, schedule=ended.schedule, locks=ended.locks,
         policy=ended.policy, attempt=attempt, retry_of=first,
         not_before=end_time + policy.backoff_wait(ended.attempt, jitter))
+
+
+def with_written_retry(store, ended):
+    """A Deferred of ``ended`` (an end this node recorded, as the table
+    holds it) with ``retry`` set to the pending retry that end wrote, if
+    there is one; read from ``store`` (IJobStore). For an end whose
+    write's answer was lost (a broken connection at the commit, a failed
+    answer): the write was made, its retry with it, but the record that
+    carries the retry never came back. A retry already claimed or ended
+    is not set: it was heard of since. Fails with the read's StoreError."""
+    if ended.retry is not None:
+        return defer.succeed(ended)
+    first = ended.retry_of or ended.id
+    retry = retry_id(first, (ended.attempt or 1) + 1)
+    if not is_name(retry):
+        return defer.succeed(ended)
+
+    def found(record):
+        if record is None or record.state != PENDING or fold(record.retry_of or "") != fold(first):
+            return ended
+        return replace(ended, retry=record)
+    return store.get(retry).addCallback(found)
