@@ -32,6 +32,7 @@ from .test_notify import Receiver
 AUTH = ("ops", "cluster-secret")
 AUTH_ENV = {"NETWEIR_SERVE_USERNAME": AUTH[0], "NETWEIR_SERVE_PASSWORD": AUTH[1]}
 TIMEOUT = 6  # --node-timeout of every node
+FENCE_AT = 0.8 * TIMEOUT  # when a node cut off kills what a retry would repeat
 DECLARED = re.compile(r"node (\S+) is silent past")
 
 
@@ -773,6 +774,43 @@ class NetworkCutTests(ClusterTestCase):
             nodes[1].post("cancel.json", {"project": "shop", "job": jobid})
         for jobid in jobs:
             self.assertEqual(nodes[0].wait_state(jobid, "finished", 30)["outcome"], "cancelled")
+
+    def test_the_table_gone_for_every_node_its_own_node_records_a_fenced_crawl_lost(self):
+        # No node can tell the table gone for all from its own cut: each
+        # fences itself, and, none declared dead, records the ends itself.
+        relay = Relay(server_address(self.jobs_db))
+        self.addCleanup(relay.stop)
+        through = url_through(self.jobs_db, "127.0.0.1", relay.port)
+        n0 = self.node("n0", 2, jobs_db=through)
+        retried = n0.must_schedule("shop", "slow", delay="0.2", _retries="1", _backoff="1s")
+        kept = n0.must_schedule("shop", "slow", delay="0.2")
+        pids = {j: n0.wait_state(j, "running")["pid"] for j in (retried, kept)}
+        n1 = self.node("n1", 1, jobs_db=through)
+
+        relay.cut()
+        wait_until(lambda: not alive(pids[retried]), TIMEOUT + 3, "the fence's kill",
+                   interval=0.1)
+        time.sleep(TIMEOUT + 3 - FENCE_AT)
+        self.assertTrue(alive(pids[kept]))
+        relay.mend()
+        entry = n1.wait_state(retried, "finished", timeout=30)
+        self.assertEqual((entry["outcome"], entry["reason"], entry["node"]),
+                         ("lost", "node lost", "n0"))
+        self.assertIn(f"job {retried}: its end is recorded now", n0.output())
+        again = n1.wait_state(f"{retried}.r1", "running", timeout=30)
+        self.assertEqual(again["attempt"], 2)
+        # Nobody was declared dead; the crawl without retries ran on.
+        self.assertEqual(DECLARED.findall(self.outputs()), [])
+        time.sleep(TIMEOUT / 2)
+        self.assertEqual(n1.find(kept)[0], "running")
+        self.assertTrue(alive(pids[kept]))
+        for jobid in (kept, f"{retried}.r1"):
+            n1.post("cancel.json", {"project": "shop", "job": jobid})
+        for jobid in (kept, f"{retried}.r1"):
+            n0.wait_state(jobid, "finished", 60)
+        # Its end announced once, by its own node.
+        wait_until(lambda: self.ended().get(retried), 20, "the fenced end announced")
+        self.assertEqual(self.ended()[retried], ["lost"])
 
     def heard_since(self, nodes, seconds):
         with pg.admin_connection() as conn:
