@@ -13,6 +13,10 @@ MAX_NAME_LENGTH = 200
 # every retry's id passes the name rule too.
 _LONGEST_RETRY_SUFFIX = ".r10"
 MAX_JOB_ID_LENGTH = MAX_NAME_LENGTH - len(_LONGEST_RETRY_SUFFIX)
+# What ends a retry's id (retry_id), in any case, as job ids ignore case: a
+# user's job may not end so, or it could take the id of a retry to come
+# (whose end would then queue none).
+_RETRY_SUFFIX = re.compile(r"\.r[0-9]+\Z", re.IGNORECASE)
 
 
 def is_name(text):
@@ -40,12 +44,15 @@ def name_problem(what, text):
 
 
 def job_id_problem(what, text):
-    """``name_problem`` for a job id, which must leave room for its
-    retries' suffix (``retry_id``)."""
+    """``name_problem`` for a job id a user gives, which must leave room
+    for its retries' suffix (``retry_id``) and not end as a retry's id."""
     problem = name_problem(what, text)
     if problem is None and len(text) > MAX_JOB_ID_LENGTH:
         problem = (f"{what} is longer than {MAX_JOB_ID_LENGTH} characters (a retry adds"
                    f" .r1 to .r10 to it)")
+    if problem is None and _RETRY_SUFFIX.search(text):
+        problem = (f"{what} {text!r} ends in {_RETRY_SUFFIX.search(text).group()}: job ids"
+                   " ending in .rN are kept for retries")
     return problem
 
 

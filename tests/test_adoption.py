@@ -1207,9 +1207,9 @@ class AdoptingLauncherTests(unittest.TestCase):
             ProjectTable([Project("shop", os.path.join(self.dir, "project"))]), self.dir, 1,
             grace=self.GRACE, signal_process=self.signals, watch_process=self.watch)
 
-    def left_running(self, jobid, pid, cancel=False, kill=False):
+    def left_running(self, jobid, pid, cancel=False, kill=False, policy=None):
         self.successResultOf(self.store.add(JobRecord(id=jobid, project="shop", spider="s",
-                                                      spider_file="/p/s.py")))
+                                                      spider_file="/p/s.py", policy=policy)))
         self.successResultOf(self.store.claim_next("node", ["shop"], 10.0))
         self.successResultOf(self.store.mark_started(jobid, pid, f"boot:{pid}"))
         if cancel or kill:
@@ -1293,6 +1293,67 @@ class AdoptingLauncherTests(unittest.TestCase):
         self.assertTrue(self.launcher.drop("a"))
         self.assertEqual(stopped, [None])
         self.assertFalse(os.path.exists(private))
+
+    def fenced_pair(self):
+        """Job "r", which an end as lost would retry, and "k", which it
+        would not, both running; then the node's fence."""
+        self.launcher = Launcher(
+            self.reactor, self.store, self.events,
+            ProjectTable([Project("shop", os.path.join(self.dir, "project"))]), self.dir, 2,
+            grace=self.GRACE, signal_process=self.signals, watch_process=self.watch)
+        self.launcher.adopt(self.left_running("r", 60_000_001, policy={"retries": 1}))
+        self.launcher.adopt(self.left_running("k", 60_000_002))
+        return self.launcher.fence(500.0, "its node n0 was cut off")
+
+    def test_a_fence_kills_what_a_retry_would_repeat_and_records_its_end_when_it_can(self):
+        self.assertEqual(self.fenced_pair(), ["r"])
+        self.assertEqual(self.signals.sent, [(60_000_001, KILL_SIGNAL, False)])
+        self.assertEqual(self.watch.stopped, [60_000_001])
+        self.assertEqual(self.launcher.running_ids(), ["k"])
+        self.assertEqual(self.launcher.slots_free(), 1)
+        # The table did not take it at once (the node is cut off): tried
+        # again, it is recorded lost, and its retry queued with it.
+        self.reactor.advance(2.0)
+        record = self.successResultOf(self.store.get("r"))
+        self.assertEqual((record.outcome, record.reason, record.end_time, record.detail),
+                         ("lost", "node lost", 500.0, "its node n0 was cut off"))
+        self.assertEqual(self.successResultOf(self.store.get("r.r1")).state, "pending")
+        self.assertEqual([r.id for r in self.ended], ["r"])
+        # Its process's end, later, records nothing more.
+        self.watch.watching.pop(60_000_001, None)
+        self.launcher._process_ended("r", -9)
+        self.reactor.advance(KILL_FALLBACK_SECONDS)
+        self.assertEqual([r.id for r in self.ended], ["r"])
+        self.assertEqual(self.successResultOf(self.store.get("k")).state, "running")
+
+    def test_a_fenced_jobs_end_recorded_elsewhere_first_stands(self):
+        self.fenced_pair()
+        # Another node declared this one dead meanwhile, and queued the retry.
+        other = self.successResultOf(self.store.mark_finished("r", "lost", 490.0,
+                                                              reason="node lost"))
+        self.assertIsNotNone(other.retry)
+        self.reactor.advance(2.0)
+        record = self.successResultOf(self.store.get("r"))
+        self.assertEqual((record.outcome, record.end_time), ("lost", 490.0))
+        self.assertEqual(self.ended, [])  # the declaring node announced it
+        counts = self.successResultOf(self.store.counts())
+        self.assertEqual(counts["pending"], 1)  # one retry, not two
+
+    def test_an_end_whose_retry_id_is_taken_says_so(self):
+        from twisted.logger import formatEvent, globalLogPublisher
+        lines = []
+        observer = lambda event: lines.append(formatEvent(event))
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        self.launcher.adopt(self.left_running("n", 60_000_001, policy={"retries": 2}))
+        # A user's job took the retry's id (jobid=n.r1, before it was refused).
+        self.successResultOf(self.store.add(JobRecord(id="n.r1", project="shop", spider="t",
+                                                      spider_file="/p/t.py")))
+        record = self.end("n", 60_000_001, 1)
+        self.assertEqual((record.outcome, record.retry), ("failed", None))
+        self.assertEqual([line for line in lines if "is taken" in line], [
+            "job n (failed, exit 1): its policy asks for a retry, but the retry's id n.r1 is"
+            " taken by another job: no retry is queued"])
 
     def test_hand_over_lets_an_adopted_job_go(self):
         pid = 60_000_001

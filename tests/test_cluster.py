@@ -32,6 +32,7 @@ from .test_notify import Receiver
 AUTH = ("ops", "cluster-secret")
 AUTH_ENV = {"NETWEIR_SERVE_USERNAME": AUTH[0], "NETWEIR_SERVE_PASSWORD": AUTH[1]}
 TIMEOUT = 6  # --node-timeout of every node
+FENCE_AT = 0.8 * TIMEOUT  # when a node cut off kills what a retry would repeat
 DECLARED = re.compile(r"node (\S+) is silent past")
 
 
@@ -688,6 +689,54 @@ class NetworkCutTests(ClusterTestCase):
                    "the stubborn crawl and its child to be gone")
         self.assertIn(f"job {stubborn}: kill asked through the job table", owner.output())
 
+    def test_a_cut_off_node_kills_a_crawl_its_retry_would_repeat_before_it_is_declared(self):
+        """Issue 24: lost retries. The cut node fences itself before n1 can
+        declare it dead, so the retry n1's declaration queues (and runs,
+        1 s later) never runs beside the first attempt's crawl."""
+        relay = Relay(server_address(self.jobs_db))
+        self.addCleanup(relay.stop)
+        cut = self.node("cut", 2, jobs_db=url_through(self.jobs_db, "127.0.0.1", relay.port))
+        retried = cut.must_schedule("shop", "slow", delay="0.2", _retries="1", _backoff="1s")
+        kept = cut.must_schedule("shop", "slow", delay="0.2")
+        for jobid in (retried, kept):
+            self.assertEqual(self.running_on(cut, jobid), "cut")
+        n1 = self.node("n1", 1)
+        pids = {j: wait_until(lambda j=j: self.entry(n1, j).get("pid"), 10, "the pids")
+                for j in (retried, kept)}
+
+        relay.cut()
+        wait_until(lambda: n1.find(retried)[0] == "finished", TIMEOUT + 8,
+                   "the cut node declared dead", interval=0.1)
+        # By the time its death is recorded, the crawl a retry repeats is
+        # gone already (fenced at 0.8 of the timeout); the other runs on.
+        self.assertFalse(alive(pids[retried]))
+        self.assertTrue(alive(pids[kept]))
+        entry = self.entry(n1, retried)
+        self.assertEqual((entry["outcome"], entry["reason"], entry["node"]),
+                         ("lost", "node lost", "cut"))
+        self.assertRegex(cut.output(), r"node cut: no heartbeat through to the job table for"
+                         r" [0-9.]+ s \(--node-timeout 6 s\): it claims nothing until one"
+                         rf" gets through; killed the crawls of job\(s\) {retried}, which their"
+                         rf" end as lost would retry; job\(s\) {kept} run on \(no retry would"
+                         r" repeat them\)")
+        # Its retry runs on n1, alone.
+        again = n1.wait_state(f"{retried}.r1", "running", timeout=30)
+        self.assertEqual((again["node"], again["attempt"]), ("n1", 2))
+        self.assertFalse(alive(pids[retried]))
+
+        relay.mend()
+        # Back, it finds itself declared dead: the crawl left goes, as
+        # before; the end it held for the fenced job is dropped, n1's stands.
+        wait_until(lambda: not alive(pids[kept]), 30, "the kept crawl to be ended")
+        wait_until(lambda: f"job {retried}: its end was recorded elsewhere meanwhile; this"
+                   " node's is dropped" in cut.output(), 30, "the held end dropped")
+        self.assertEqual(self.entry(cut, retried), entry)
+        n1.post("cancel.json", {"project": "shop", "job": f"{retried}.r1"})
+        n1.wait_state(f"{retried}.r1", "finished", timeout=60)
+        wait_until(lambda: self.ended().get(f"{retried}.r1"), 20, "the retry's end announced")
+        self.assertEqual(self.ended()[retried], ["lost"])
+        self.assertEqual(DECLARED.findall(self.outputs()), ["cut"])
+
     def node_rows(self):
         with pg.admin_connection() as conn:
             schema = pg.schema_of(self.jobs_db)
@@ -725,6 +774,43 @@ class NetworkCutTests(ClusterTestCase):
             nodes[1].post("cancel.json", {"project": "shop", "job": jobid})
         for jobid in jobs:
             self.assertEqual(nodes[0].wait_state(jobid, "finished", 30)["outcome"], "cancelled")
+
+    def test_the_table_gone_for_every_node_its_own_node_records_a_fenced_crawl_lost(self):
+        # No node can tell the table gone for all from its own cut: each
+        # fences itself, and, none declared dead, records the ends itself.
+        relay = Relay(server_address(self.jobs_db))
+        self.addCleanup(relay.stop)
+        through = url_through(self.jobs_db, "127.0.0.1", relay.port)
+        n0 = self.node("n0", 2, jobs_db=through)
+        retried = n0.must_schedule("shop", "slow", delay="0.2", _retries="1", _backoff="1s")
+        kept = n0.must_schedule("shop", "slow", delay="0.2")
+        pids = {j: n0.wait_state(j, "running")["pid"] for j in (retried, kept)}
+        n1 = self.node("n1", 1, jobs_db=through)
+
+        relay.cut()
+        wait_until(lambda: not alive(pids[retried]), TIMEOUT + 3, "the fence's kill",
+                   interval=0.1)
+        time.sleep(TIMEOUT + 3 - FENCE_AT)
+        self.assertTrue(alive(pids[kept]))
+        relay.mend()
+        entry = n1.wait_state(retried, "finished", timeout=30)
+        self.assertEqual((entry["outcome"], entry["reason"], entry["node"]),
+                         ("lost", "node lost", "n0"))
+        self.assertIn(f"job {retried}: its end is recorded now", n0.output())
+        again = n1.wait_state(f"{retried}.r1", "running", timeout=30)
+        self.assertEqual(again["attempt"], 2)
+        # Nobody was declared dead; the crawl without retries ran on.
+        self.assertEqual(DECLARED.findall(self.outputs()), [])
+        time.sleep(TIMEOUT / 2)
+        self.assertEqual(n1.find(kept)[0], "running")
+        self.assertTrue(alive(pids[kept]))
+        for jobid in (kept, f"{retried}.r1"):
+            n1.post("cancel.json", {"project": "shop", "job": jobid})
+        for jobid in (kept, f"{retried}.r1"):
+            n0.wait_state(jobid, "finished", 60)
+        # Its end announced once, by its own node.
+        wait_until(lambda: self.ended().get(retried), 20, "the fenced end announced")
+        self.assertEqual(self.ended()[retried], ["lost"])
 
     def heard_since(self, nodes, seconds):
         with pg.admin_connection() as conn:

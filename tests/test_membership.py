@@ -5,11 +5,13 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from netweir_serve.cluster.membership import NodeMembership
+from netweir_serve.cluster.membership import FENCE_SHARE, NodeMembership
 from netweir_serve.store.records import StoreError
 
 TIMEOUT = 6.0
 BEAT = TIMEOUT / 6
+# When a node cut off fences itself, counted from its last beat through.
+FENCE = FENCE_SHARE * TIMEOUT
 
 
 class CutStore:
@@ -54,6 +56,9 @@ class Idle:
         return 0
 
     def running_ids(self):
+        return []
+
+    def fence(self, end_time, detail):
         return []
 
 
@@ -126,8 +131,19 @@ class TellingStore(CutStore):
 
 
 class Launcher:
-    def __init__(self, running=()):
+    """Jobs running; those in ``retried`` are the ones a lost end would
+    retry, which a fence kills (``fenced``: each call's end time, detail
+    and ids)."""
+
+    def __init__(self, running=(), retried=()):
         self.settled_ids, self.dropped, self.running = [], [], list(running)
+        self.retried, self.fenced = set(retried), []
+
+    def fence(self, end_time, detail):
+        ids = [jobid for jobid in self.running if jobid in self.retried]
+        self.running = [jobid for jobid in self.running if jobid not in ids]
+        self.fenced.append((end_time, detail, ids))
+        return ids
 
     def settled(self, record):
         self.settled_ids.append(record.id)
@@ -236,11 +252,11 @@ class FenceTests(unittest.TestCase):
             self.clock.advance(BEAT)
             self.assertTrue(self.node.may_claim())
 
-    def test_cut_off_past_its_timeout_it_claims_nothing_until_a_beat_gets_through(self):
+    def test_cut_off_past_its_fence_it_claims_nothing_until_a_beat_gets_through(self):
         self.clock.advance(BEAT)
         self.store.up = False
-        # A timeout from its last beat that got through, and no more.
-        self.clock.advance(TIMEOUT - 0.1)
+        # FENCE_SHARE of a timeout from its last beat that got through, and no more.
+        self.clock.advance(FENCE - 0.1)
         self.assertTrue(self.node.may_claim())
         self.clock.advance(0.2)
         self.assertFalse(self.node.may_claim())
@@ -264,7 +280,109 @@ class FenceTests(unittest.TestCase):
         slow.callback(True)
         self.store.heartbeat = lambda name: defer.fail(
             StoreError("the job table could not be written: cut off"))
-        self.clock.advance(sent_at + TIMEOUT - 0.1 - self.clock.seconds())
+        self.clock.advance(sent_at + FENCE - 0.1 - self.clock.seconds())
         self.assertTrue(self.node.may_claim())
         self.clock.advance(0.2)
         self.assertFalse(self.node.may_claim())
+
+
+class SelfFenceTests(unittest.TestCase):
+    """A node cut off from the table kills the crawls a declaration of its
+    death would retry, before any other node can declare it (issue 24:
+    otherwise the retry may run on a third node beside the crawl)."""
+
+    def setUp(self):
+        from twisted.logger import formatEvent, globalLogPublisher
+        self.lines = []
+        observer = lambda event: self.lines.append(formatEvent(event))
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        self.clock, self.wall = Clock(), Clock()
+        self.wall.advance(1_000_000.0)
+        self.store = CutStore()
+        self.launcher = Launcher(running=["kept", "retried-b", "retried-a"],
+                                 retried={"retried-a", "retried-b"})
+        self.node = NodeMembership(self.store, launcher=self.launcher, poller=Poller(),
+                                   timetable=None, clock=self.clock, name="n0",
+                                   url="http://n0", timeout=TIMEOUT, wall=self.wall)
+        self.node.start()
+        self.addCleanup(self.node.stop)
+
+    def advance(self, seconds):
+        self.wall.advance(seconds)  # the time of day the ends are recorded at
+        self.clock.advance(seconds)
+
+    def fences(self):
+        return [line for line in self.lines if "no heartbeat through" in line]
+
+    def test_beats_that_get_through_never_fence(self):
+        for _ in range(30):
+            self.advance(BEAT)
+        self.assertEqual(self.launcher.fenced, [])
+        self.assertEqual(self.fences(), [])
+
+    def test_cut_off_it_kills_what_a_retry_would_repeat_before_it_can_be_declared(self):
+        self.advance(BEAT)
+        last_through = self.clock.seconds()
+        self.store.up = False
+        self.advance(FENCE - 0.1)  # beats fail meanwhile; it waits
+        self.assertEqual(self.launcher.fenced, [])
+        self.advance(0.2)
+        [(end_time, detail, ids)] = self.launcher.fenced
+        self.assertEqual(ids, ["retried-b", "retried-a"])
+        # Before a whole timeout from its last beat: the earliest moment
+        # another node may declare it dead and queue their retries.
+        self.assertLess(self.clock.seconds(), last_through + TIMEOUT)
+        self.assertEqual(end_time, self.wall.seconds())
+        self.assertIn("its node n0 was cut off from the job table for 4.9 s", detail)
+        self.assertEqual(self.launcher.running, ["kept"])
+        self.assertEqual(self.fences(), [
+            "node n0: no heartbeat through to the job table for 4.9 s (--node-timeout 6 s):"
+            " it claims nothing until one gets through; killed the crawls of job(s)"
+            " retried-a, retried-b, which their end as lost would retry; job(s) kept run on"
+            " (no retry would repeat them)"])
+        # Said and done once a cut, however long it lasts.
+        self.advance(TIMEOUT * 5)
+        self.assertEqual(len(self.launcher.fenced), 1)
+        self.assertEqual(len(self.fences()), 1)
+
+    def test_it_counts_from_when_its_last_beat_through_was_sent(self):
+        slow = defer.Deferred()
+        self.store.heartbeat = lambda name: slow
+        self.advance(BEAT)
+        sent_at = self.clock.seconds()
+        self.advance(2.0)
+        slow.callback(True)
+        self.store.up = False
+        del self.store.heartbeat
+        self.advance(sent_at + FENCE - 0.1 - self.clock.seconds())
+        self.assertEqual(self.launcher.fenced, [])
+        self.advance(0.2)
+        self.assertEqual(len(self.launcher.fenced), 1)
+
+    def test_back_in_touch_it_carries_on_and_a_second_cut_fences_again(self):
+        self.store.up = False
+        self.advance(FENCE + 0.1)
+        self.assertEqual(len(self.launcher.fenced), 1)
+        self.store.up = True
+        self.advance(BEAT)
+        self.assertTrue(self.node.may_claim())
+        self.launcher.running.append("later")
+        self.launcher.retried.add("later")
+        for _ in range(10):
+            self.advance(BEAT)
+        self.assertEqual(len(self.launcher.fenced), 1)
+        self.store.up = False
+        self.advance(FENCE + BEAT)
+        self.assertEqual([ids for _, _, ids in self.launcher.fenced],
+                         [["retried-b", "retried-a"], ["later"]])
+        self.assertEqual(len(self.fences()), 2)
+        self.assertIn("it claims nothing until one gets through; killed the crawls of"
+                      " job(s) later, which", self.fences()[1])
+
+    def test_a_node_running_nothing_says_so(self):
+        self.launcher.running, self.launcher.retried = [], set()
+        self.store.up = False
+        self.advance(FENCE + 0.1)
+        self.assertEqual(len(self.fences()), 1)
+        self.assertTrue(self.fences()[0].endswith("until one gets through; it runs no crawl"))

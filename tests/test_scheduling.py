@@ -114,6 +114,22 @@ class ScheduleCheckTests(unittest.TestCase):
         self.assertIn("symlink", message)
         self.accepted(["checkpoint=books", "warc=runs/one.warc", "deltafetch=seen"])
 
+    def test_a_job_id_that_ends_as_a_retrys_is_refused(self):
+        # A retry of job J is J.r1, J.r2...: a user's job so named would
+        # take a retry's id, and that retry would never be queued.
+        for jobid in ("nightly.r1", "nightly.R12"):
+            code, answer = self.daemon.post("schedule.json", {
+                "project": "shop", "spider": "plain", "jobid": jobid})
+            self.assertEqual((code, answer["status"]), (400, "error"))
+            self.assertEqual(answer["message"], f"parameter 'jobid': job id {jobid!r} ends in"
+                             f" {jobid[7:]}: job ids ending in .rN are kept for retries")
+            self.assertEqual(self.daemon.find(jobid), (None, None))
+        for jobid in (f"nightly.r-{time.monotonic_ns()}", f"r1.{time.monotonic_ns()}"):
+            code, answer = self.daemon.post("schedule.json", {
+                "project": "shop", "spider": "plain", "jobid": jobid})
+            self.assertEqual((code, answer["jobid"]), (200, jobid))
+            self.daemon.post("cancel.json", {"project": "shop", "job": jobid})
+
     def test_unknown_project_spider_and_bad_priority(self):
         code, answer = self.daemon.schedule("nosuch", "plain")
         self.assertEqual(code, 404)

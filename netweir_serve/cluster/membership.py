@@ -3,17 +3,22 @@
 A node registers under its name, URL and the projects it serves, writes a heartbeat every few
 seconds, and, on each beat, declares dead every node silent past the
 timeout: that node's running jobs are marked ``lost`` with their last known
-stats in the same statement, once, whichever node sees it first (the
-conservative choice: a crawl may have had effects, so it is not run
-again). Pending jobs belong to no node and are never lost. A node judges
+stats in the same statement, once, whichever node sees it first (and
+retried by that statement if its policy retries ``lost``; otherwise not
+run again: a crawl may have had effects). Pending jobs belong to no node and are never lost. A node judges
 the others only once its own beats have reached the table for a whole
 timeout without a break: when the table itself was away (PostgreSQL
 restarted, its network down), every node missed its beats, and the first
 one back must not declare the rest dead for it.
 
-A node that finds itself declared dead (cut off from the database longer
-than the timeout) ends the processes of its jobs, whose ends are already
-recorded, and carries on: it registers again and takes new work.
+A node that has had no beat through for FENCE_SHARE of its timeout
+fences itself: it claims nothing more, and kills the crawls that their end
+as ``lost`` would retry, before another node can have declared it dead and
+queued those retries (which a third node could start while the crawl still
+ran here). A node that finds itself declared dead (cut off from the
+database longer than the timeout) ends the processes of its jobs, whose
+ends are already recorded, and carries on: it registers again and takes
+new work.
 
 What other nodes change reaches this one as store notices: a job queued or
 ended elsewhere wakes the poller, a cancel asked elsewhere of a job running
@@ -33,6 +38,17 @@ from ..store import notices
 # Heartbeats per node timeout: a node is declared dead after missing about
 # this many in a row.
 BEATS_PER_TIMEOUT = 6
+# The self-fence, as a share of the node timeout: a node whose last beat
+# through was sent this long ago claims nothing more and kills the crawls
+# a declaration of its death would retry. The others declare it dead no
+# sooner than a whole timeout after that beat (the table stamps a beat no
+# earlier than it was sent, and they judge from that stamp), so the kill
+# comes at least a fifth of the timeout (1.2 s of the tests' 6 s, 6 s of
+# the default 30 s) before any declaration: a kill is a signal sent at
+# once, and the table's clock and this node's run at the same rate. The
+# margin is not all: a node fences only 4.8 beats into a cut, so a beat or
+# two lost to a busy moment never kills a crawl.
+FENCE_SHARE = 0.8
 # A running job's stats reach the table at most this often.
 STATS_EVERY_SECONDS = 5.0
 
@@ -69,6 +85,8 @@ class NodeMembership:
         # When this node last knew itself live in the table (a beat that
         # found it so, or its registration): the fence (``may_claim``).
         self._live_at = None
+        # The timer of the fence, FENCE_SHARE of the timeout after _live_at.
+        self._fence_call = None
 
     @defer.inlineCallbacks
     def start(self):
@@ -80,6 +98,7 @@ class NodeMembership:
                                                    projects=self._projects)
         self._say_rejoined(previous)
         self._in_touch_since = self._live_at = self._clock.seconds()
+        self._arm_fence()
         self._store.on_notice(self._heard)
         started = self._beat.start(max(0.5, self._timeout / BEATS_PER_TIMEOUT), now=False)
         started.addErrback(lambda f: self.log.failure("the heartbeat loop failed", f))
@@ -87,16 +106,19 @@ class NodeMembership:
     def stop(self):
         if self._beat.running:
             self._beat.stop()
+        if self._fence_call is not None and self._fence_call.active():
+            self._fence_call.cancel()
 
     def may_claim(self):
         """Whether this node may claim jobs: not once it has been out of
-        touch with the table for its timeout, when the others may have
-        declared it dead and its jobs lost (a fence, as Nomad's clients
-        stop taking work when they cannot reach the servers). A beat that
-        reaches the table again (registering anew if it was declared dead)
-        lifts it."""
+        touch with the table for FENCE_SHARE of its timeout, when the
+        others may soon declare it dead and its jobs lost (a fence, as
+        Nomad's clients stop taking work when they cannot reach the
+        servers; its crawls a retry would repeat are killed then too). A
+        beat that reaches the table again (registering anew if it was
+        declared dead) lifts it."""
         return (self._live_at is not None
-                and self._clock.seconds() - self._live_at < self._timeout)
+                and self._clock.seconds() - self._live_at < FENCE_SHARE * self._timeout)
 
     def subscribe(self, events):
         """Saves running jobs' stats to the table as they change (the other
@@ -134,6 +156,7 @@ class NodeMembership:
                 yield self._declared_dead()
             fenced = not self.may_claim()
             self._live_at = sent_at
+            self._arm_fence()
             if fenced:
                 self._poller.poll()  # the fence is lifted: claim again now
             if self._launcher.running_count():
@@ -166,6 +189,42 @@ class NodeMembership:
             # (metrics, --notify, /events), as a job settled at start is.
             for record in lost:
                 self._launcher.settled(record)
+
+    # -- the fence -----------------------------------------------------------
+
+    def _arm_fence(self):
+        """(Re)sets the one timer of the fence: FENCE_SHARE of the timeout
+        after the last beat through was sent."""
+        delay = max(0.0, self._live_at + FENCE_SHARE * self._timeout - self._clock.seconds())
+        if self._fence_call is not None and self._fence_call.active():
+            self._fence_call.reset(delay)
+        else:
+            self._fence_call = self._clock.callLater(delay, self._fence)
+
+    def _fence(self):
+        """No beat through for FENCE_SHARE of the timeout: the crawls a
+        declaration of this node's death would retry are killed now, before
+        any other node can declare it (their end is that declaration's to
+        record, or this node's once back if none came). Said once a cut:
+        the timer is armed again only by a beat that gets through."""
+        silent = self._clock.seconds() - self._live_at
+        running = self._launcher.running_ids()
+        fenced = self._launcher.fence(
+            self._wall.seconds(),
+            f"its node {self.name} was cut off from the job table for {silent:.1f} s"
+            " and ended it itself, so that its retry never runs beside it")
+        kept = sorted(set(running) - set(fenced))
+        said = []
+        if fenced:
+            said.append(f"killed the crawls of job(s) {', '.join(sorted(fenced))}, which"
+                        " their end as lost would retry")
+        if kept:
+            said.append(f"job(s) {', '.join(kept)} run on (no retry would repeat them)")
+        ended = "; ".join(said) or "it runs no crawl"
+        self.log.warn("node {name}: no heartbeat through to the job table for {s:.1f} s"
+                      " (--node-timeout {timeout:g} s): it claims nothing until one gets"
+                      " through; {ended}", name=self.name, s=silent, timeout=self._timeout,
+                      ended=ended)
 
     def _say_rejoined(self, previous):
         """A node the others declared dead is back under its name: said

@@ -115,6 +115,13 @@ class ILauncher(Interface):
         recorded (this node was declared dead meanwhile): its slot is freed
         and nothing more is recorded of it. False if it does not run here."""
 
+    def fence(end_time, detail):
+        """Kills the jobs running here that an end as lost (``node lost``)
+        would retry, their slots freed, their end (lost at ``end_time``,
+        with ``detail``) recorded once the table takes it unless another
+        node's is there first; the ids of those jobs (this node is cut off
+        from a shared table: see cluster.membership)."""
+
     def hand_over():
         """Lets go of every running job without stopping it, for the next
         start to adopt; a Deferred of how many."""

@@ -29,8 +29,8 @@ from .process import (
     private_arguments, remove_quietly, run_mark, send_signal, watch_exit,
     write_private_file)
 from ..store.records import (
-    CANCELLED_BY_USER, FINISHED, LOST, NOT_STARTED, SERVICE_STOPPED, StoreError)
-from ..store.retrying import with_written_retry
+    CANCELLED_BY_USER, FINISHED, LOST, NODE_LOST, NOT_STARTED, SERVICE_STOPPED, StoreError)
+from ..store.retrying import retry_after, with_written_retry
 
 # Seconds between tries to record a job's end the table could not take (a
 # full disk): until it is recorded the job is listed as running and keeps
@@ -219,12 +219,26 @@ class Launcher:
         queued job like any: "queued" (the poller arms its timer for it)."""
         retry = record.retry
         if retry is None:
+            self._say_retry_refused(record)
             return
         self.log.info("job {jobid} ({outcome}, {reason}): retry {retry} queued, attempt"
                       " {attempt}, due in {wait:.0f} s", jobid=record.id,
                       outcome=record.outcome, reason=record.reason, retry=retry.id,
                       attempt=retry.attempt, wait=retry.not_before - (record.end_time or 0))
         self._events.publish(QUEUED, retry)
+
+    def _say_retry_refused(self, record):
+        """An end whose policy asks for a retry that the table did not
+        queue: its id was taken already (a user's job named JOBID.r1 with
+        jobid=, before such ids were refused), and the chain ends here."""
+        if record.state != FINISHED or record.outcome is None:
+            return
+        wanted = retry_after(record, 0.0)
+        if wanted is not None:
+            self.log.warn("job {jobid} ({outcome}, {reason}): its policy asks for a retry, but"
+                          " the retry's id {retry} is taken by another job: no retry is queued",
+                          jobid=record.id, outcome=record.outcome, reason=record.reason,
+                          retry=wanted.id)
 
     def _started(self, record, job):
         if self._running.get(fold(job.record.id)) is not job:
@@ -402,22 +416,55 @@ class Launcher:
         job = self._running.pop(fold(jobid), None)
         if job is None:
             return False
+        self.log.warn("job {jobid}: recorded lost by another node; killing what is left of it",
+                      jobid=jobid)
+        self._let_go(job)
+        return True
+
+    def fence(self, end_time, detail):
+        """Kills the jobs running here that their end as ``lost`` (reason
+        ``node lost``) would retry, and returns their ids: this node has
+        been cut off from the shared table so long that another node may
+        soon declare it dead and queue those retries, which a third node
+        could start while these crawls still ran. Their slots are freed.
+        Their end (lost, at ``end_time``, with ``detail``) is recorded once
+        the table is back, unless another node recorded one first (its
+        declaration stands, and so this one is dropped): when the table was
+        away for every node, none declares this one dead, and the end is
+        this node's to record. The crawls no retry would repeat run on, as
+        before: the declaration's kill waits for this node to be back."""
+        fenced = []
+        for key, job in list(self._running.items()):
+            end = dict(outcome="lost", end_time=end_time, exit_status=None,
+                       stats=job.stats, reason=NODE_LOST, detail=detail)
+            if retry_after(replace(job.record, state=FINISHED, **end), 0.0) is None:
+                continue
+            del self._running[key]
+            self._let_go(job)
+            # Held as any end the table could not take: announced once
+            # recorded here, never if another node's is there first.
+            self._record_end_later(job.record.id, end, held=True)
+            fenced.append(job.record.id)
+        return fenced
+
+    def _let_go(self, job):
+        """Kills ``job`` (out of ``_running`` already) without recording
+        its end (``drop``, ``fence``): its timers stop, its processes and
+        control group go, and whoever waits for its end waits no more."""
         for call in (job.stats_call, job.kill_call, job.fallback_call):
             if call is not None and call.active():
                 call.cancel()
         if job.watch is not None:
             job.watch.stop()
-        self.log.warn("job {jobid}: recorded lost by another node; killing what is left of it",
-                      jobid=jobid)
         self._signal(job.pid, KILL_SIGNAL, False)
         self._reactor.callLater(KILL_FALLBACK_SECONDS, self._kill_dropped, job.record.id,
                                 job.pid)
-        # Its end is never recorded here: the private settings file goes
-        # now, and a stop waiting for the job waits no more.
+        # Its process's end finds it no longer running here, and records
+        # nothing: the private settings file goes now (its control group
+        # with the fallback kill), and a stop waiting for it waits no more.
         remove_quietly(os.path.join(self._directory, "run", job.record.id + ".json"))
         for d in job.ended:
             d.callback(None)
-        return True
 
     def _kill_dropped(self, jobid, pid):
         """The fallback kill of a dropped job; its control group goes too,
