@@ -407,6 +407,33 @@ class CancellingTests(unittest.TestCase):
         rig.exit("a", 0)
         self.assertEqual(rig.get("a").outcome, "cancelled")
 
+    def test_cancel_json_answers_once_the_cancel_is_in_the_table(self):
+        # A service killed right after it answered must find the cancel on
+        # its restart (adoption carries it out): the answer waits for it.
+        rig = Rig(self)
+        rig.schedule("a")
+        writes, real = [], rig.store.mark_cancel_requested
+
+        def held(*args, **kwargs):
+            writes.append((defer.Deferred(), args, kwargs))
+            return writes[-1][0]
+
+        rig.store.mark_cancel_requested = held
+        answer = rig.scheduler.cancel("a")
+        self.assertNoResult(answer)
+        written, args, kwargs = writes[0]
+        real(*args, **kwargs).chainDeferred(written)
+        self.assertEqual(self.successResultOf(answer), "running")
+        self.assertTrue(rig.get("a").cancel_requested)
+        # A write that fails: the cancel is carried out here all the same,
+        # the failure logged once, and the answer says so as before.
+        rig.schedule("b")
+        answer = rig.scheduler.cancel("b")
+        self.assertNoResult(answer)
+        writes[-1][0].errback(StoreError("the job table could not be written: disk full"))
+        self.assertEqual(self.successResultOf(answer), "running")
+        self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+
     def test_each_end_gets_its_reason(self):
         rig = Rig(self, max_jobs=3)
         for jobid in "abc":

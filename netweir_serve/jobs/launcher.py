@@ -85,6 +85,9 @@ class RunningJob:
     # first reason given stands, as in the table.
     cancel_reason: str = None
     killed: bool = False
+    # The write of the last cancel or kill asked here (its failure logged):
+    # what cancel.json waits for before it answers (cancel_recorded).
+    request_written: object = None
     stats_call: object = None
     kill_call: object = None
     fallback_call: object = None
@@ -645,6 +648,22 @@ class Launcher:
 
     # -- stopping --------------------------------------------------------------
 
+    def cancel_recorded(self, jobid):
+        """A Deferred firing with None once the cancel or kill last asked of
+        ``jobid`` here is in the table, or its write failed (logged by then)."""
+        job = self._running.get(fold(jobid))
+        written = job.request_written if job is not None else None
+        if written is None:
+            return defer.succeed(None)
+        done = defer.Deferred()
+
+        def heard(result):
+            done.callback(None)
+            return result
+
+        written.addBoth(heard)
+        return done
+
     def cancel_once(self, jobid, reason):
         """Asks the running job to stop as ``cancel`` does, with
         ``reason``, unless a cancel is already under way: then nothing (a
@@ -669,6 +688,7 @@ class Launcher:
                              reason=job.record.reason or job.cancel_reason)
         recorded = self._store.mark_cancel_requested(job.record.id, reason=job.cancel_reason)
         recorded.addErrback(self._not_recorded, job.record.id, "the cancel request")
+        job.request_written = recorded
         self._events.publish(CHANGED, job.record)
         self.log.info("job {jobid}: cancel asked ({reason}), stopping it", jobid=job.record.id,
                       reason=job.cancel_reason)
@@ -688,6 +708,7 @@ class Launcher:
             recorded = self._store.mark_cancel_requested(job.record.id, kill=True,
                                                          reason=job.cancel_reason)
             recorded.addErrback(self._not_recorded, job.record.id, "the kill request")
+            job.request_written = recorded
         self.log.info("job {jobid}: killing it and every process it started",
                       jobid=job.record.id)
         # The parent kills the crawl and everything it started, in whatever

@@ -52,7 +52,9 @@ class Scheduler:
             record = yield self._store.get(jobid)
         if record is None or record.state != RUNNING:
             return None
-        if not self._launcher.cancel(record.id, now=now):
+        if self._launcher.cancel(record.id, now=now):
+            yield self._launcher.cancel_recorded(record.id)
+        else:
             # It runs on another node (a shared store): asked through the
             # table, in one write; its node does the cancelling, grace
             # period and kill included. A second cancel kills, as here.
