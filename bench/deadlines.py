@@ -57,6 +57,11 @@ class StandInLauncher:
         del self.stats[jobid]
         return True
 
+    def cancel_once(self, jobid, reason):
+        # The watch's way in (ILauncher.cancel_once): a job cancelled once
+        # is gone from the stand-in, so a second ask finds nothing.
+        return self.cancel(jobid, reason=reason)
+
 
 def measure(jobs, seed=SEED):
     """``{"error_ms", "timers", "deadlines", "cpu_us", "by_reason"}`` of a run
@@ -99,12 +104,16 @@ def measure(jobs, seed=SEED):
     loop.clock = clock
     loop.start(STATS_SECONDS, now=False)
     most = 0
-    while launcher.stats:
+    # Past the last timeout every job must have been cancelled: a watch
+    # that cancels nothing ends the run there, not never.
+    last = max(r for r in (expected[j][0] for j in expected)) + STATS_SECONDS
+    while launcher.stats and clock.seconds() <= last:
         ours = [c for c in clock.getDelayedCalls() if c.active() and c.func == watch._fire]
         most = max(most, len(ours))
         clock.advance(min(c.getTime() for c in clock.getDelayedCalls()) - clock.seconds())
     loop.stop()
     cpu = time.process_time() - started
+    assert not launcher.stats, f"{len(launcher.stats)} job(s) never cancelled"
     errors = [abs(launcher.cancels[jobid][0] - at) for jobid, (at, _) in expected.items()]
     wrong = [jobid for jobid, (_, reason) in expected.items()
              if launcher.cancels[jobid][1] != reason]

@@ -211,6 +211,17 @@ class DocsTest(unittest.TestCase):
             self.assertEqual(documented, expected["quick"])
 
 
+class DeadlinesFigureTest(unittest.TestCase):
+    def test_the_watch_cancels_every_job_on_one_timer(self):
+        """bench/deadlines.py drives the real watch: every job is cancelled,
+        each with the reason worked out beside it, and one timer at most."""
+        from bench import deadlines
+        found = deadlines.measure(40)
+        self.assertEqual(found["deadlines"], 40)
+        self.assertEqual(found["timers"], 1)
+        self.assertEqual(sum(found["by_reason"].values()), 40)
+
+
 class LoadTest(unittest.TestCase):
     def test_percentile_counts_unfinished_requests_as_slowest(self):
         result = loadgen.LoadResult(latencies=[0.001] * 98, unfinished=2)
