@@ -284,32 +284,38 @@ def run_through(service, count, timeout=600, **params):
     return elapsed, bad
 
 
-def job_overhead(services, python, project_dir, jobs, chunk, parallel, scratch, log=None):
-    """Runs ``jobs`` trivial crawls directly and through each service, in
-    interleaved chunks of ``chunk`` (so that a busy moment of the machine
-    falls on all three alike); {"direct": seconds, name: seconds, ...,
-    "not_finished": {name: count}}."""
-    direct = "direct"
-    totals = {direct: 0.0, **{s.name: 0.0 for s in services}}
-    bad = {s.name: 0 for s in services}
-    participants = [(direct, None)] + [(s.name, s) for s in services]
+def interleaved(participants, jobs, chunk, log=None):
+    """Runs ``jobs`` jobs of each of ``participants`` ((name, run) pairs,
+    ``run(k)`` running k jobs and giving (seconds, how many did not
+    finish)), in chunks of ``chunk``, the order turning at each chunk so
+    that a busy moment of the machine falls on all alike; {name: seconds,
+    ..., "not_finished": {name: count}}."""
+    totals = {name: 0.0 for name, _ in participants}
+    bad = {name: 0 for name, _ in participants}
     done, n = 0, 0
     while done < jobs:
         k = min(chunk, jobs - done)
-        order = participants[n % len(participants):] + participants[:n % len(participants)]
-        for name, service in order:
-            if service is None:
-                took = run_direct(python, project_dir, k, parallel, scratch)
-            else:
-                took, failed = run_through(service, k)
-                bad[name] += failed
+        turn = n % len(participants)
+        for name, run in participants[turn:] + participants[:turn]:
+            took, failed = run(k)
             totals[name] += took
+            bad[name] += failed
             if log:
                 log(f"  {k} jobs {name + ':':15} {took:.2f} s")
         done += k
         n += 1
     totals["not_finished"] = bad
     return totals
+
+
+def job_overhead(services, python, project_dir, jobs, chunk, parallel, scratch, log=None):
+    """Runs ``jobs`` trivial crawls directly and through each service, in
+    interleaved chunks of ``chunk``; {"direct": seconds, name: seconds,
+    ..., "not_finished": {name: count}}."""
+    participants = [("direct", lambda k: (run_direct(python, project_dir, k, parallel,
+                                                      scratch), 0))]
+    participants += [(s.name, lambda k, s=s: run_through(s, k)) for s in services]
+    return interleaved(participants, jobs, chunk, log)
 
 
 # A policy of all eight keys that never fires on a trivial job: what each
@@ -323,21 +329,9 @@ def policy_cost(service, jobs, chunk, log=None):
     """Runs ``jobs`` trivial jobs through ``service`` without a policy and
     as many with EVERY_POLICY_KEY, in interleaved chunks of ``chunk``;
     {"none": seconds, "all": seconds, "not_finished": {kind: count}}."""
-    totals, bad = {"none": 0.0, "all": 0.0}, {"none": 0, "all": 0}
-    done, n = 0, 0
-    while done < jobs:
-        k = min(chunk, jobs - done)
-        kinds = ("none", "all") if n % 2 == 0 else ("all", "none")
-        for kind in kinds:
-            took, failed = run_through(service, k, **(EVERY_POLICY_KEY if kind == "all" else {}))
-            totals[kind] += took
-            bad[kind] += failed
-            if log:
-                log(f"  {k} jobs, policy {kind + ':':5} {took:.2f} s")
-        done += k
-        n += 1
-    totals["not_finished"] = bad
-    return totals
+    return interleaved([("none", lambda k: run_through(service, k)),
+                        ("all", lambda k: run_through(service, k, **EVERY_POLICY_KEY))],
+                       jobs, chunk, log)
 
 
 def fill_finished(services, target, threads=4, timeout=300):

@@ -94,11 +94,16 @@ def descendants(pid):
 def kill_descendants(pid=None, sig=signal.SIGKILL):
     """Sends ``sig`` to every descendant of ``pid`` (default: this process).
     Returns how many were signalled."""
-    pid = os.getpid() if pid is None else pid
+    return signal_each(descendants(os.getpid() if pid is None else pid), sig)
+
+
+def signal_each(pids, sig):
+    """Sends ``sig`` to each of ``pids`` that is still there and ours to
+    signal; returns how many were signalled."""
     count = 0
-    for child in descendants(pid):
+    for pid in pids:
         try:
-            os.kill(child, sig)
+            os.kill(pid, sig)
             count += 1
         except (ProcessLookupError, PermissionError):
             pass

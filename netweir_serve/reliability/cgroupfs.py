@@ -1,7 +1,8 @@
 """What is done to one job's control group once it exists: join it, read
 whether the kernel killed in it for memory, empty it, remove it.
 
-Standard library ``os`` only, and cheap to import: the crawl's parent
+``os`` and the service's ``_proctree`` only (which the parent imports
+anyway), and cheap to import: the crawl's parent
 (jobs/_crawlparent.py) uses it on every job's start and end, where each
 millisecond is paid per job. A group is given as the list of its
 directories, one per hierarchy it lives in: one under cgroup v2 (memory
@@ -11,6 +12,8 @@ reliability/cgroups.py.
 """
 
 import os
+
+from .._proctree import signal_each
 
 # The flag of the crawl's parent's command line that names one of the
 # directories of the crawl's group (jobs/process.crawl_command).
@@ -66,14 +69,7 @@ def oom_kills(directories):
 def kill_members(directories, sig=9):
     """Sends ``sig`` (SIGKILL by default) to every process in the group.
     Returns how many were signalled."""
-    count = 0
-    for pid in members(directories):
-        try:
-            os.kill(pid, sig)
-            count += 1
-        except (ProcessLookupError, PermissionError):
-            pass
-    return count
+    return signal_each(members(directories), sig)
 
 
 def remove(directories):
