@@ -433,6 +433,17 @@ class CancellingTests(unittest.TestCase):
         writes[-1][0].errback(StoreError("the job table could not be written: disk full"))
         self.assertEqual(self.successResultOf(answer), "running")
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
+        # A table that holds the write back (locked by another program)
+        # holds back the record, not the answer, past a moment.
+        rig.exit("a", 130)
+        rig.exit("b", 130)
+        rig.schedule("c")
+        answer = rig.scheduler.cancel("c")
+        self.assertNoResult(answer)
+        rig.reactor.advance(launcher_module.CANCEL_ANSWER_WAIT)
+        self.assertEqual(self.successResultOf(answer), "running")
+        real(*writes[-1][1], **writes[-1][2]).chainDeferred(writes[-1][0])
+        self.assertTrue(rig.get("c").cancel_requested)
 
     def test_each_end_gets_its_reason(self):
         rig = Rig(self, max_jobs=3)

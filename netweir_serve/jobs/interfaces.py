@@ -70,11 +70,12 @@ class ILauncher(Interface):
         ``reason``, unless a cancel is already under way (then nothing: it
         never becomes a kill). Returns whether it asked."""
 
-    def cancel_recorded(jobid):
+    def cancel_recorded(jobid, within=0.2):
         """A Deferred firing with None once the cancel or kill last asked of
         the job here is written in the table (or its write failed, which is
-        logged): cancel.json answers then, so that a service killed right
-        after it answered finds the cancel at its restart."""
+        logged), or after ``within`` seconds: cancel.json answers then, so
+        that a service killed right after it answered finds the cancel at
+        its restart, and a locked table delays the record, not the answer."""
 
     def running_stats(jobid):
         """The latest stats read from a running job's stats file, or None."""

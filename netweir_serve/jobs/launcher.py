@@ -42,6 +42,13 @@ _UNRECORDED = object()
 # Not recorded on a shared table: announced once it is (_end_not_recorded).
 _HELD = object()
 
+# Seconds cancel.json waits for the cancel of a running job to be in the
+# table before it answers: a write takes a millisecond, and a service
+# killed after the answer then finds the cancel at its restart; a table
+# locked by another program holds the record back, not the answer (the job
+# is being cancelled either way).
+CANCEL_ANSWER_WAIT = 0.2
+
 # Seconds the crawl's parent has to end everything once told to kill it;
 # past them its whole process group is killed from here.
 KILL_FALLBACK_SECONDS = 5.0
@@ -648,17 +655,22 @@ class Launcher:
 
     # -- stopping --------------------------------------------------------------
 
-    def cancel_recorded(self, jobid):
+    def cancel_recorded(self, jobid, within=CANCEL_ANSWER_WAIT):
         """A Deferred firing with None once the cancel or kill last asked of
-        ``jobid`` here is in the table, or its write failed (logged by then)."""
+        ``jobid`` here is in the table, or its write failed (logged by then),
+        or ``within`` seconds have passed, whichever comes first."""
         job = self._running.get(fold(jobid))
         written = job.request_written if job is not None else None
-        if written is None:
+        if written is None or written.called:
             return defer.succeed(None)
         done = defer.Deferred()
+        waited = self._reactor.callLater(within, lambda: done.called or done.callback(None))
 
         def heard(result):
-            done.callback(None)
+            if waited.active():
+                waited.cancel()
+            if not done.called:
+                done.callback(None)
             return result
 
         written.addBoth(heard)
