@@ -58,7 +58,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..names import fold, setting_name
-from ..store.records import EXPIRED, PENDING, STALLED, TIMEOUT, StoreError
+from ..store.records import PENDING, STALLED, TIMEOUT, StoreError
 from ..reliability.policy import JobPolicy, format_duration
 
 # The kinds of deadline, as /metrics names them.

@@ -176,7 +176,7 @@ class Schedule(ApiEndpoint):
             # policy (_timeout=...), as scrapyd's _version is its own.
             arguments=tuple((k, v) for k, v in params.pairs
                             if k not in SCHEDULE_PARAMETERS and not k.startswith("_")),
-            policy=params.policy(prefix="_", skip=("_version",)),
+            policy=params.policy(prefix="_", every=True, skip=("_version",)),
         )
         d = self.api.submitter.submit(job)
         d.addCallbacks(lambda record: {"jobid": record.id}, refused)

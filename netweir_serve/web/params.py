@@ -3,7 +3,7 @@
 import math
 from urllib.parse import parse_qsl
 
-from ..names import job_id_problem, name_problem
+from ..names import name_problem
 from ..reliability.policy import KEYS, JobPolicy, PolicyError
 
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -102,17 +102,14 @@ class Params:
             raise ApiError(400, f"priority {text!r} is not a finite number")
         return value
 
-    def policy(self, prefix="", skip=()):
-        """The JobPolicy of the parameters named ``prefix`` + a policy key
-        (with no prefix, only the policy keys; with one, every parameter
-        that starts with it but those in ``skip`` must be a policy key).
-        Raises ApiError naming the first bad key or value."""
-        texts = {}
-        for key, value in self.pairs:
-            if key in skip:
-                continue
-            if (key.startswith(prefix) if prefix else key in KEYS):
-                texts[key] = value
+    def policy(self, prefix="", every=False, skip=()):
+        """The JobPolicy of the parameters named ``prefix`` + a policy key;
+        with ``every``, each parameter that starts with ``prefix`` (but
+        those in ``skip``) must be one. Raises ApiError naming the first
+        bad key or value."""
+        texts = {key: value for key, value in self.pairs
+                 if key not in skip and key.startswith(prefix)
+                 and (every or key[len(prefix):] in KEYS)}
         try:
             return JobPolicy.parse(texts, prefix=prefix)
         except PolicyError as e:

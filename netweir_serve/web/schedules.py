@@ -48,8 +48,7 @@ def _policy(params):
     """The schedule's policy: its keys as parameters (timeout=6h), or
     spelt as schedule.json spells them (_timeout=6h), not both."""
     given = params.policy()
-    spelt = params.policy(prefix="_", skip=[k for k, _ in params.pairs
-                                            if k[1:] not in POLICY_KEYS])
+    spelt = params.policy(prefix="_")
     both = sorted(set(given.as_dict()) & set(spelt.as_dict()))
     if both:
         raise ApiError(400, f"{both[0]} and _{both[0]} are the same key: give one of them")
