@@ -256,6 +256,10 @@ class Session:
         self.services[port] = daemon
         if step.log is not None:
             shown = [masked_log(line) for line in step.log.splitlines()]
+            # The service answers as soon as it listens; the lines it logs
+            # then may reach its output a moment after the first answer.
+            wait_until(lambda: len(daemon.output().splitlines()) >= len(shown), 10,
+                       f"{step.block.where()}: the start-up log of {step.command}")
             real = [masked_log(line) for line in daemon.output().splitlines()[:len(shown)]]
             self.testcase.assertEqual(real, shown, f"{step.block.where()}: the log of"
                                                    f" {step.command}")
