@@ -22,6 +22,7 @@ from netweir_serve.store.records import JobRecord
 from .processes import Daemon, remove_control_groups, wait_until
 from .spiders import HEADER
 from .test_adoption import AdoptionTestCase, parse_time
+from .test_cluster import ClusterTestCase
 from .test_jobs import CrawlTestCase
 
 MIB = 1 << 20
@@ -392,3 +393,29 @@ class NoCgroupsDaemonTests(CrawlTestCase):
         self.assertIn("--policy 'shop/books:memory=1G': memory cannot be limited here",
                       done.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.base, "dir")))
+
+
+class PostgresMemoryTests(ClusterTestCase):
+    """The kernel's kill at a job's memory limit, on a node of a shared
+    PostgreSQL job table: the same end, reason and neighbour left alone."""
+
+    def setUp(self):
+        super().setUp()
+        here(self)
+        with open(os.path.join(self.shop, "hog.py"), "w") as f:
+            f.write(HEADER.format(site=self.site.base) + HOG)
+
+    def test_a_spider_past_memory_200M_fails_with_reason_memory_while_another_runs_on(self):
+        node = self.node("a")
+        self.addCleanup(remove_control_groups, node.directory)
+        other = node.must_schedule("shop", "slow", jobid="other", pages="60", delay="0.1")
+        node.wait_state(other, "running")
+        hog = node.must_schedule("shop", "hog", jobid="hog", _memory="200M")
+        entry = node.wait_state(hog, "finished", timeout=120)
+        self.assertEqual((entry["outcome"], entry["reason"], entry["exit_status"]),
+                         ("failed", "memory", -9))
+        done = node.wait_state(other, "finished", timeout=120)
+        self.assertEqual((done["outcome"], done["reason"]), ("finished", "exit 0"))
+        self.assertLess(parse_time(done["start_time"]), parse_time(entry["start_time"]))
+        self.assertGreater(parse_time(done["end_time"]), parse_time(entry["end_time"]))
+        self.assertEqual(JobGroups.detect(node.directory).leftovers(), [])
