@@ -299,7 +299,8 @@ class MigrationTests(StoreCase):
         self.assertEqual(self.tables(), [])
         store = yield self.open()
         self.assertEqual(self.tables(),
-                         ["jobs", "nodes", "schedules", "schema_version", "store_meta"])
+                         ["chain_firings", "jobs", "nodes", "schedules", "schema_version",
+                          "store_meta"])
         self.assertEqual(self.version(), POSTGRES_LATEST)
         yield store.add(job("kept"))
         yield store.close()

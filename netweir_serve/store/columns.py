@@ -33,6 +33,11 @@ def load_list(text):
     return tuple(json.loads(text)) if text else ()
 
 
+def load_array(values):
+    # A column added after rows were written holds NULL in them.
+    return tuple(values) if values is not None else ()
+
+
 def load_real(value):
     return float(value) if value is not None else None
 
@@ -74,6 +79,8 @@ JOB_FIELDS = (
     ("cancel_requested", FLAG), ("reason", PLAIN), ("node", PLAIN), ("proc_start", PLAIN),
     ("schedule", PLAIN), ("locks", LIST), ("kill_requested", FLAG), ("policy", JSON),
     ("attempt", PLAIN), ("retry_of", PLAIN), ("not_before", REAL), ("detail", PLAIN),
+    ("health", PLAIN), ("health_reasons", LIST), ("items", PLAIN), ("pages", PLAIN),
+    ("errors", PLAIN), ("upstream", PLAIN),
 )
 
 # Each ScheduleRecord field's column (``key`` and ``project_key`` beside them).
@@ -83,7 +90,8 @@ SCHEDULE_FIELDS = (
     ("settings", PAIRS), ("arguments", PAIRS), ("priority", REAL), ("paused", FLAG),
     ("anchor", REAL), ("next_due", REAL), ("last_due", REAL), ("last_job", PLAIN),
     ("runs", PLAIN), ("skipped", PLAIN), ("error", PLAIN), ("created", REAL),
-    ("policy", JSON),
+    ("policy", JSON), ("chain_on", LIST), ("jitter", REAL), ("pause_after", PLAIN),
+    ("note", PLAIN), ("failed_in_row", PLAIN), ("buffered", PLAIN), ("caught_up", PLAIN),
 )
 
 # What update_schedule may set; runs and skipped only grow.
@@ -98,7 +106,7 @@ _COMMON_KINDS = {PLAIN: (_identity, _identity), PAIRS: (dump_pairs, load_pairs),
 # an integral one is an int (the value before the column's affinity).
 SQLITE_KINDS = {**_COMMON_KINDS, FLAG: (int, bool), LIST: (dump_list, load_list),
                 REAL: (_identity, load_real)}
-POSTGRES_KINDS = {**_COMMON_KINDS, FLAG: (bool, bool), LIST: (list, tuple),
+POSTGRES_KINDS = {**_COMMON_KINDS, FLAG: (bool, bool), LIST: (list, load_array),
                   REAL: (_identity, _identity)}
 
 # IScheduleStore.claim_firing, the same statement on both backends (the

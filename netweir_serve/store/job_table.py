@@ -26,8 +26,9 @@ from .columns import (
     select_list, without)
 from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
 from .records import (
-    CANCELLED_BY_USER, FINISHED, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
+    CANCELLED_BY_USER, FINISHED, FINISHED_OUTCOME, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .retrying import retry_after
+from ..health.counts import counts_of
 from .runpolicy import first_that_may_run
 
 
@@ -113,7 +114,7 @@ class JobTable:
         ends comes through here, so none forgets it (store.retrying)."""
         if row is None:
             return None
-        record = self._record(self._jobs.all, row)
+        record = self._judged(tx, self._record(self._jobs.all, row))
         tx.changed(ENDED, record.id, record.node)
         retry = retry_after(record, self._jitter())
         if retry is None:
@@ -123,6 +124,22 @@ class JobTable:
             return record
         tx.changed(QUEUED, retry.id)
         return replace(record, retry=replace(retry, seq=added[0]))
+
+    def _judged(self, tx, record):
+        """``record`` (just ended) with its counts and health written: both
+        judged once, here, in the transaction of its end."""
+        items, pages, errors = counts_of(record.stats)
+        health = "healthy" if record.outcome == FINISHED_OUTCOME else None
+        judged = replace(record, items=items, pages=pages, errors=errors, health=health,
+                         health_reasons=())
+        columns = {c.name: c for c in self._jobs.all}
+        tx.one("UPDATE jobs SET items = %(items)s, pages = %(pages)s, errors = %(errors)s,"
+               " health = %(health)s, health_reasons = %(reasons)s WHERE seq = %(seq)s"
+               " RETURNING seq",
+               {"items": items, "pages": pages, "errors": errors, "health": health,
+                "reasons": columns["health_reasons"].to_db(judged.health_reasons),
+                "seq": record.seq})
+        return judged
 
     def _jitter(self):
         """0 to 1, the part of a retry's 10 % jitter it gets (a test may

@@ -32,6 +32,28 @@ REASONS_OF_OLD_ENDS = (
     " ELSE 'exit ' || CAST(exit_status AS TEXT) END")
 
 
+# Migration 9: a chain schedule's firing owed, written with the end of
+# the upstream job that owes it and deleted once its job is queued (or the
+# firing is skipped): the outbox that makes a chain fire once per upstream
+# job whatever restarts or nodes (schedules.chains).
+CHAIN_FIRINGS = """CREATE TABLE chain_firings (
+    schedule_key TEXT NOT NULL,
+    upstream TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (schedule_key, upstream)
+)"""
+
+# The counts a run's health is judged by (a column each) and the stat of
+# the crawl's each is read from; ``errors`` adds two stats (health.counts).
+COUNTED_STATS = (("items", "items"), ("pages", "fetched"))
+# A run's errors: its failed requests and its callbacks' errors.
+ERROR_STATS = ("failed", "callback_errors")
+
+# Runs that finished before health was judged are healthy (no check
+# applied to them): they are the history the first checks compare with.
+HEALTH_OF_OLD_ENDS = "UPDATE jobs SET health = 'healthy' WHERE state = 'finished' AND outcome = 'finished'"
+
+
 SQLITE_MIGRATIONS = (
     # The schema netweir-serve shipped with before versions were kept (a
     # jobs.db from then has user_version 0 and this table already).
@@ -112,6 +134,31 @@ SQLITE_MIGRATIONS = (
         "ALTER TABLE jobs ADD COLUMN detail TEXT",
         "ALTER TABLE schedules ADD COLUMN policy TEXT",
         REASONS_OF_OLD_ENDS,
+    )),
+    Migration(9, "run health, chains and schedules kept as Temporal keeps them", (
+        "ALTER TABLE jobs ADD COLUMN health TEXT",
+        "ALTER TABLE jobs ADD COLUMN health_reasons TEXT",
+        "ALTER TABLE jobs ADD COLUMN items INTEGER",
+        "ALTER TABLE jobs ADD COLUMN pages INTEGER",
+        "ALTER TABLE jobs ADD COLUMN errors INTEGER",
+        "ALTER TABLE jobs ADD COLUMN upstream TEXT",
+        "ALTER TABLE schedules ADD COLUMN chain_on TEXT",
+        "ALTER TABLE schedules ADD COLUMN jitter REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE schedules ADD COLUMN pause_after INTEGER",
+        "ALTER TABLE schedules ADD COLUMN note TEXT",
+        "ALTER TABLE schedules ADD COLUMN failed_in_row INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE schedules ADD COLUMN buffered INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE schedules ADD COLUMN caught_up INTEGER NOT NULL DEFAULT 0",
+        CHAIN_FIRINGS,
+        *(f"UPDATE jobs SET {column} = CAST(json_extract(stats, '$.{stat}') AS INTEGER)"
+          f" WHERE state = 'finished' AND json_valid(stats)"
+          f" AND json_type(stats, '$.{stat}') = 'integer'"
+          for column, stat in COUNTED_STATS),
+        "UPDATE jobs SET errors = " + " + ".join(
+            f"COALESCE(CASE WHEN json_type(stats, '$.{stat}') = 'integer'"
+            f" THEN json_extract(stats, '$.{stat}') END, 0)" for stat in ERROR_STATS)
+        + " WHERE state = 'finished' AND json_valid(stats)",
+        HEALTH_OF_OLD_ENDS,
     )),
 )
 

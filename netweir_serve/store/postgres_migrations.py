@@ -10,7 +10,9 @@ how many have been applied, as ``PRAGMA user_version`` does for SQLite.
 Append a migration, never edit one that has landed.
 """
 
-from .migrations import REASONS_OF_OLD_ENDS, SQLITE_MIGRATIONS, Migration, NewerSchema
+from .migrations import (
+    CHAIN_FIRINGS, COUNTED_STATS, ERROR_STATS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS,
+    SQLITE_MIGRATIONS, Migration, NewerSchema)
 
 # The key of the session-level advisory lock held while migrating: two
 # nodes starting at once must not both apply a migration (CREATE TABLE IF
@@ -124,6 +126,33 @@ POSTGRES_MIGRATIONS = (
         "ALTER TABLE jobs ADD COLUMN detail text",
         "ALTER TABLE schedules ADD COLUMN policy text",
         REASONS_OF_OLD_ENDS,
+    )),
+    _as_sqlite(9, (
+        "ALTER TABLE jobs ADD COLUMN health text",
+        "ALTER TABLE jobs ADD COLUMN health_reasons text[]",
+        "ALTER TABLE jobs ADD COLUMN items bigint",
+        "ALTER TABLE jobs ADD COLUMN pages bigint",
+        "ALTER TABLE jobs ADD COLUMN errors bigint",
+        "ALTER TABLE jobs ADD COLUMN upstream text",
+        "ALTER TABLE schedules ADD COLUMN chain_on text[]",
+        "ALTER TABLE schedules ADD COLUMN jitter double precision NOT NULL DEFAULT 0",
+        "ALTER TABLE schedules ADD COLUMN pause_after integer",
+        "ALTER TABLE schedules ADD COLUMN note text",
+        "ALTER TABLE schedules ADD COLUMN failed_in_row integer NOT NULL DEFAULT 0",
+        "ALTER TABLE schedules ADD COLUMN buffered integer NOT NULL DEFAULT 0",
+        "ALTER TABLE schedules ADD COLUMN caught_up integer NOT NULL DEFAULT 0",
+        CHAIN_FIRINGS.replace("REAL", "double precision"),
+        # Only a whole number is taken: a cast of anything else would fail
+        # the migration.
+        *(f"UPDATE jobs SET {column} = CAST(stats::json->>'{stat}' AS bigint)"
+          f" WHERE state = 'finished' AND stats IS NOT NULL"
+          f" AND stats::json->>'{stat}' ~ '^[0-9]{{1,18}}$'"
+          for column, stat in COUNTED_STATS),
+        "UPDATE jobs SET errors = " + " + ".join(
+            f"COALESCE(CASE WHEN stats::json->>'{stat}' ~ '^[0-9]{{1,18}}$'"
+            f" THEN CAST(stats::json->>'{stat}' AS bigint) END, 0)" for stat in ERROR_STATS)
+        + " WHERE state = 'finished' AND stats IS NOT NULL",
+        HEALTH_OF_OLD_ENDS,
     )),
 )
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 STATES = (PENDING, RUNNING, FINISHED)
 OUTCOMES = ("finished", "failed", "cancelled", "lost")
+# The outcome of a crawl that ran to its end (exit 0): the one a health judges.
+FINISHED_OUTCOME = "finished"
 
 # Why a job ended, beside its outcome (jobs.outcomes says which is which):
 # ``exit N`` and ``signal N`` from the crawl's status, and these. The
@@ -104,6 +106,18 @@ class JobRecord:
     # A sentence beside ``reason`` where one helps (why a job could not
     # start, or was lost), for logs and notifications.
     detail: str = None
+    # How a run that finished did against its checks and history
+    # (health.checks): "healthy" or "degraded", with the reasons of a
+    # degraded one; None for any other outcome, and until it ends.
+    health: str = None
+    health_reasons: tuple = ()
+    # Its items, pages and errors (failed requests and callback errors),
+    # from its stats when it ended: what later runs are judged against.
+    items: int = None
+    pages: int = None
+    errors: int = None
+    # For a job a chain schedule queued: the upstream job whose end did.
+    upstream: str = None
     seq: int = None
     # Not a column: on the record of an end (IJobStore.mark_finished and
     # the other ways a job ends), the retry that end queued in the same

@@ -44,4 +44,21 @@ class ScheduleRecord:
     created: float = 0.0
     # The schedule's own policy for its jobs (JobPolicy.to_json()), or None.
     policy: dict = None
+    # A chain (``kind`` "after", ``rule`` the upstream: a spider's name, or
+    # "schedule:NAME"): the ends of an upstream job that fire it, of
+    # finished, healthy, degraded and failed.
+    chain_on: tuple = ()
+    # Seconds after each due time its jobs start (a fixed part of this, by
+    # its name's hash); 0 for none.
+    jitter: float = 0.0
+    # It pauses itself after this many runs in a row ended failed or
+    # degraded (``failed_in_row`` counts them); None: never. ``note`` says
+    # why it is paused (its own pause's reason, or a user's).
+    pause_after: int = None
+    note: str = None
+    failed_in_row: int = 0
+    # Firings queued behind a running job (overlap buffer_one/buffer_all),
+    # and runs made up for at start (misfire=once).
+    buffered: int = 0
+    caught_up: int = 0
     seq: int = None
