@@ -13,10 +13,12 @@ from zope.interface import Interface
 class IScheduler(Interface):
     """Queues checked jobs and takes them out again."""
 
-    def schedule(checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None):
+    def schedule(checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None,
+                 upstream=None):
         """Records a pending job for ``checked`` (queued by recurring
         schedule ``schedule``, holding ``locks`` while it runs, with
-        ``policy``, JobPolicy.to_json() of its effective policy) and
+        ``policy``, JobPolicy.to_json() of its effective policy; for a
+        chain schedule's job, ``upstream`` the job whose end queued it) and
         publishes "queued". Fires with the JobRecord; fails with DuplicateJob."""
 
     def cancel(jobid, now=False):

@@ -20,7 +20,8 @@ class Scheduler:
         self._clock = clock
         self._events = events
 
-    def schedule(self, checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None):
+    def schedule(self, checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None,
+                 upstream=None):
         added = self._store.add(JobRecord(
             id=jobid or new_job_id(),
             project=checked.project,
@@ -33,6 +34,7 @@ class Scheduler:
             schedule=schedule,
             locks=tuple(locks),
             policy=policy,
+            upstream=upstream,
         ))
         return added.addCallback(self._published, QUEUED)
 

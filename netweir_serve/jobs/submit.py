@@ -51,6 +51,8 @@ class JobRequest:
     # The job's own policy values (its ``_KEY`` parameters, or its
     # schedule's), over the --policy rules of its project and spider.
     policy: JobPolicy = None
+    # For a job a chain schedule queues: the upstream job whose end did.
+    upstream: str = None
 
 
 class JobSubmitter:
@@ -111,7 +113,8 @@ class JobSubmitter:
                 checked.project)), checked.settings) + tuple(request.schedule_locks)
             record = yield self._scheduler.schedule(
                 checked, jobid=request.jobid, priority=request.priority,
-                schedule=request.schedule, locks=locks, policy=policy.to_json())
+                schedule=request.schedule, locks=locks, policy=policy.to_json(),
+                upstream=request.upstream)
         except BaseException:
             prepared.undo()
             raise

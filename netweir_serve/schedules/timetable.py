@@ -359,10 +359,20 @@ class Timetable:
         self._remember(current)
         self._on_change_elsewhere(current)
 
-    @defer.inlineCallbacks
     def _queue(self, record, due):
         """Queues the job of ``record`` for ``due``; the schedule's changes."""
-        jobid = times.job_id_for(record.name, due)
+        return self.queue_job(record, times.job_id_for(record.name, due))
+
+    @defer.inlineCallbacks
+    def queue_job(self, record, jobid, arguments=(), upstream=None):
+        """Queues a job of schedule ``record`` called ``jobid`` (a firing's,
+        a run asked now, a chain's), as its overlap policy allows, with
+        ``arguments`` (pairs) after the schedule's own and, for a chain's,
+        the ``upstream`` job that owes it. Fires with the schedule's
+        changes (for ``update_schedule``): a job counted once, a skip, or
+        the error that queued nothing. The id is the duplicate guard: a job
+        of that id queued before (a restart, another node) is not queued
+        again, and is counted once."""
         existing = yield self._store.get(jobid)
         if existing is not None:
             # Queued before a restart (or by another node): not again, and
@@ -373,17 +383,17 @@ class Timetable:
         pending, running = yield self._store.schedule_jobs(record.name)
         if (record.overlap == "skip" and pending + running) or (
                 record.overlap == "queue" and pending):
-            self.log.info("schedule {name}: skipped the run due {due}, its last job is"
-                          " still {state}", name=record.name, due=jobid,
+            self.log.info("schedule {name}: skipped the run {jobid}, its last job is"
+                          " still {state}", name=record.name, jobid=jobid,
                           state="pending" if pending else "running")
             return {"skipped_added": 1}
         request = JobRequest(
             project=record.project, spider=record.spider, settings=record.settings,
-            arguments=record.arguments, jobid=jobid, priority=record.priority,
-            schedule=record.name,
+            arguments=tuple(record.arguments) + tuple(arguments), jobid=jobid,
+            priority=record.priority, schedule=record.name,
             schedule_locks=(policies.schedule_lock(record.name),)
             if record.overlap == "queue" else (),
-            policy=JobPolicy.from_json(record.policy))
+            policy=JobPolicy.from_json(record.policy), upstream=upstream)
         if self._current(record) is None:
             return {}  # deleted or paused while its firing was looked at
         try:
@@ -391,8 +401,8 @@ class Timetable:
         except DuplicateJob:
             return {"runs_added": 1, "last_job": jobid, "error": None}
         except SubmitRefused as e:
-            self.log.warn("schedule {name}: queued no job for {due}: {why}",
-                          name=record.name, due=jobid, why=e.message)
+            self.log.warn("schedule {name}: queued no job {jobid}: {why}",
+                          name=record.name, jobid=jobid, why=e.message)
             return {"error": e.message}
         self.log.info("schedule {name} queued job {jobid}", name=record.name, jobid=job.id)
         return {"runs_added": 1, "last_job": job.id, "error": None}
