@@ -349,15 +349,18 @@ def makeService(config, reactor, wall=None):
     if groups.refusals:
         # Said once, at start; a job asking for such a limit is refused.
         log.info("job limits: {limits}", limits=groups.describe())
+    # The environment of every job, and of the spider files the reader
+    # loads (they may read it as they load): the service's, without its
+    # secrets (jobs.process.job_environment).
+    job_env = job_environment(os.environ, secrets=config.secrets())
     core = build_job_core(store, reactor, config.projects, config.directory, config.max_jobs,
                           config.node, wall=wall, keep=config.keep, python=config.python,
                           grace=config.grace, stats_interval=config.stats_interval,
                           poll_interval=config.poll_interval,
-                          max_per_spider=config.max_jobs_per_spider, groups=groups)
-    # Spider files may read the environment as they load: give them the one
-    # jobs get, without the service's credentials.
+                          max_per_spider=config.max_jobs_per_spider, groups=groups,
+                          environ=job_env)
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
-                          env=job_environment(os.environ))
+                          env=job_env)
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
                              rules=config.policies, enforceable=groups.refusal)
     deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire,
