@@ -124,9 +124,9 @@ class SecretSettingTests(CrawlTestCase):
         waiting = daemon.must_schedule("shop", "echo", secrets)
         _, listing = daemon.get("listjobs.json")
         [entry] = [e for e in listing["pending"] if e["id"] == waiting]
-        self.assertEqual(entry["settings"]["proxy"], "http://me:***@127.0.0.1:3128")
+        self.assertEqual(entry["settings"]["proxy"], "http://***@127.0.0.1:3128")
         self.assertEqual(entry["settings"]["proxies"],
-                         "http://a:***@127.0.0.1:1,socks5://b:***@127.0.0.1:2")
+                         "http://***@127.0.0.1:1,socks5://***@127.0.0.1:2")
         added = daemon.post("addschedule.json", {
             "project": "shop", "spider": "echo", "every": "1d", "name": "masked",
             "setting": "proxy=http://me:sched-pass@127.0.0.1:3128"})
@@ -140,6 +140,50 @@ class SecretSettingTests(CrawlTestCase):
         for jobid in (waiting, blocker):
             daemon.post("cancel.json", {"project": "shop", "job": jobid})
         daemon.wait_state(blocker, "finished")
+
+    def test_credentials_in_any_spelling_are_masked_in_listings_schedules_and_events(self):
+        # Issue 26: a proxy without a scheme, a password with a space, an
+        # API key as the user name, and a login in a spider argument.
+        daemon = self.daemon("--max-jobs", "1")
+        stream = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+        self.addCleanup(stream.close)
+        stream.sendall(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        blocker = daemon.must_schedule("shop", "slow", delay="0.2")
+        daemon.wait_state(blocker, "running")
+        spellings = ["proxy=me:bare-pass@127.0.0.1:3128",
+                     "proxies=http://a:space pass@127.0.0.1:1,http://KEY-AS-USER:@127.0.0.1:2"]
+        waiting = daemon.must_schedule("shop", "echo", spellings,
+                                       feed="https://me:argument-pass@127.0.0.1/")
+        _, listing = daemon.get("listjobs.json")
+        [entry] = [e for e in listing["pending"] if e["id"] == waiting]
+        self.assertEqual(entry["settings"], {
+            "proxy": "***@127.0.0.1:3128",
+            "proxies": "http://***@127.0.0.1:1,http://***@127.0.0.1:2"})
+        added = daemon.post("addschedule.json", {
+            "project": "shop", "spider": "echo", "every": "1d", "name": "spelt",
+            "setting": "proxy=KEY-IN-SCHEDULE:@127.0.0.1:3128"})
+        self.assertEqual(added[0], 200, added)
+        secrets = (b"bare-pass", b"space pass", b"KEY-AS-USER", b"argument-pass",
+                   b"KEY-IN-SCHEDULE")
+        for path in ("/listjobs.json", "/jobs", "/listschedules.json",
+                     f"/jobstats.json?job={waiting}"):
+            body = daemon.call("GET", path)[2]
+            for word in secrets:
+                self.assertNotIn(word, body, path)
+        for jobid in (waiting, blocker):
+            daemon.post("cancel.json", {"project": "shop", "job": jobid})
+        daemon.wait_state(blocker, "finished")
+        seen = b""
+        stream.settimeout(0.5)
+        deadline = time.monotonic() + 10
+        while b"event: schedule" not in seen or waiting.encode() not in seen:
+            self.assertLess(time.monotonic(), deadline, seen[-2000:])
+            try:
+                seen += stream.recv(65536)
+            except socket.timeout:
+                pass
+        for word in secrets:
+            self.assertNotIn(word, seen)
 
     def test_settings_and_arguments_reach_the_crawl_but_no_command_line(self):
         daemon = self.daemon()
