@@ -31,6 +31,7 @@ Wiring, with the reactor the service runs on::
     reactor.listenTCP(6800, limit(site, reactor), interface="127.0.0.1")
 """
 
+import socket
 from collections import Counter
 
 from twisted.internet.interfaces import IPushProducer
@@ -227,6 +228,10 @@ class LimitedConnection(ProtocolWrapper):
     """One connection of a ``ConnectionLimits``, timed by a ``RequestClock``.
     ``protocol`` is the HTTP channel, or a wrapper of it (TLS)."""
 
+    # Whether the caps count it (ConnectionCaps): until it is closed, or
+    # found closed by its client.
+    counted = False
+
     def __init__(self, factory, protocol, client):
         super().__init__(factory, protocol)
         self.client = client
@@ -258,6 +263,20 @@ class LimitedConnection(ProtocolWrapper):
     def connectionLost(self, reason):
         self._clock.close()
         super().connectionLost(reason)
+
+    def peer_closed(self):
+        """Whether the client has closed the connection (or reset it)
+        though the service has not read its end yet: a look at the socket
+        that takes nothing from it. Data still unread means it is open."""
+        handle = getattr(self.transport, "getHandle", lambda: None)()
+        if not isinstance(handle, socket.socket):
+            return False
+        try:
+            return handle.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True  # reset by the client
 
     def _too_slow(self, begun):
         if begun:
@@ -295,23 +314,53 @@ class ConnectionCaps:
         self.written = 0
         self._give_back = give_back
         self._per_client = Counter()
+        # {client: {connection: None}}: those counted, to look at again
+        # when a cap is reached.
+        self._counted = {}
 
     def admits(self, client):
+        """Whether a new connection from ``client`` may be held. At a cap,
+        connections whose client has closed them but whose end the service
+        has not read yet stop counting first: a client that closes a
+        connection and opens the next at once is accepted in the same turn
+        of the reactor, before the end of the old one is read."""
+        if self._room(client):
+            return True
+        among = self._counted if self.open >= self.total else {
+            client: self._counted.get(client, {})}
+        for held in list(among.values()):
+            for connection in list(held):
+                if connection.peer_closed():
+                    self._uncount(connection)
+        return self._room(client)
+
+    def _room(self, client):
         return self.open < self.total and self._per_client[client] < self.per_address
 
-    def opened(self, client):
+    def opened(self, client, connection):
+        connection.counted = True
         self.open += 1
         self._per_client[client] += 1
+        self._counted.setdefault(client, {})[connection] = None
 
-    def closed(self, client):
-        self.open -= 1
-        self._per_client[client] -= 1
-        if not self._per_client[client]:
-            # Forget the address, or every client ever seen would stay.
-            del self._per_client[client]
+    def closed(self, client, connection):
+        if connection.counted:
+            self._uncount(connection)
         if not self.open and self.written >= GIVE_BACK_AFTER:
             self.written = 0
             self._give_back()
+
+    def _uncount(self, connection):
+        client = connection.client
+        connection.counted = False
+        self.open -= 1
+        self._per_client[client] -= 1
+        held = self._counted.get(client, {})
+        held.pop(connection, None)
+        if not self._per_client[client]:
+            # Forget the address, or every client ever seen would stay.
+            del self._per_client[client]
+            self._counted.pop(client, None)
 
     def by_address(self):
         return dict(self._per_client)
@@ -362,11 +411,11 @@ class ConnectionLimits(WrappingFactory):
 
     def registerProtocol(self, p):
         super().registerProtocol(p)
-        self.caps.opened(p.client)
+        self.caps.opened(p.client, p)
 
     def unregisterProtocol(self, p):
         super().unregisterProtocol(p)
-        self.caps.closed(p.client)
+        self.caps.closed(p.client, p)
 
     def open_connections(self):
         """``{client address: connections it holds open}``, for every
