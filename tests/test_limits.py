@@ -481,7 +481,7 @@ class ClosedConnectionTests(SocketTestCase):
 
         class Gone:
             client = "10.0.0.1"
-            counted = True
+            pool = None
 
             def peer_closed(self):
                 return True

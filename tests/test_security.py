@@ -110,6 +110,49 @@ class DeadlineTests(CrawlTestCase):
         self.assertEqual(daemon.get("daemonstatus.json")[1]["status"], "ok")
 
 
+class EventStreamCapTests(CrawlTestCase):
+    """Issue 26: idle /events streams count against caps of their own (4
+    an address, 64 in all), so plain requests always have room."""
+
+    def test_streams_past_their_caps_get_429_and_plain_requests_still_get_in(self):
+        probe = socket.socket()
+        try:
+            probe.bind(("127.0.0.18", 0))
+        except OSError:
+            self.skipTest("needs loopback addresses 127.0.0.2-18")
+        finally:
+            probe.close()
+        daemon = self.daemon()
+
+        def open_stream(source):
+            conn = socket.create_connection(("127.0.0.1", daemon.port), timeout=10,
+                                            source_address=(source, 0))
+            self.addCleanup(conn.close)
+            conn.sendall(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                self.assertTrue(chunk, "closed before an answer")
+                head += chunk
+            return int(head.split(b" ")[1])
+
+        # One address: its first four are streams, the fifth is refused.
+        codes = [open_stream("127.0.0.2") for _ in range(5)]
+        self.assertEqual(codes, [200, 200, 200, 200, 429])
+        # Sixteen more addresses, four each: 64 in all, then none more.
+        codes = [open_stream(f"127.0.0.{n}") for n in range(3, 18) for _ in range(4)]
+        self.assertEqual(codes.count(200), 60)
+        self.assertEqual(codes.count(429), 0)
+        self.assertEqual(open_stream("127.0.0.18"), 429)
+        # Plain requests, from an address holding streams and from others.
+        for source in ("127.0.0.2", "127.0.0.1", "127.0.0.18"):
+            conn = socket.create_connection(("127.0.0.1", daemon.port), timeout=10,
+                                            source_address=(source, 0))
+            self.addCleanup(conn.close)
+            conn.sendall(b"GET /daemonstatus.json HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            self.assertTrue(conn.recv(4096).startswith(b"HTTP/1.1 200"), source)
+
+
 class SecretSettingTests(CrawlTestCase):
     """Issue 16, item 5: no credential a setting carries is listed, and no
     setting travels on a command line, where every user reads it."""
