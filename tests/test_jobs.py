@@ -154,6 +154,9 @@ class RunningTests(CrawlTestCase):
         wait_until(lambda: os.path.exists(first_log), 30, "the first job's log")
         for jobid in jobs:
             wait_until(lambda: daemon.find(jobid)[0] in ("finished", None), 60, jobid)
+        # The prune follows the last end: the listing a moment after it.
+        wait_until(lambda: len(daemon.get("listjobs.json")[1]["finished"]) == 2, 10,
+                   "the prune after the last end")
         _, listing = daemon.get("listjobs.json")
         self.assertEqual(sorted(e["id"] for e in listing["finished"]), ["k1", "k2"])
         for kind, suffix in (("logs", ".log"), ("items", ".jsonl"), ("stats", ".json")):
