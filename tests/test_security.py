@@ -3,11 +3,14 @@ and the default request deadline cuts a slow client."""
 
 import os
 import socket
+import subprocess
+import sys
 import time
+import unittest
 
 from netweir_serve import _proctree
 
-from .processes import alive, wait_until
+from .processes import ROOT, alive, wait_until
 from .test_jobs import CrawlTestCase
 
 USER, PASSWORD = "operator", "s3cr:et-pass"
@@ -302,3 +305,55 @@ class PlantedLinkTests(CrawlTestCase):
             status, _, body = daemon.call("GET", path)
             self.assertNotIn(b"secret", body, path)
             self.assertIn(status, (200, 404), path)
+
+
+# Run in a fresh interpreter before an entry point: at the first import of
+# WATCHED, print whether the process is dumpable (prctl PR_GET_DUMPABLE)
+# and leave at once, the service never started.
+_WATCH = """
+import ctypes, os, sys
+WATCHED = {watched!r}
+libc = ctypes.CDLL(None)
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == WATCHED:
+            print("dumpable", libc.prctl(3, 0, 0, 0, 0), flush=True)
+            os._exit(0)
+        return None
+
+sys.meta_path.insert(0, Watch())
+sys.argv = {argv!r}
+"""
+
+
+class EnvironmentWindowTests(unittest.TestCase):
+    """Issue 26: a crawl left running across a restart read the new
+    daemon's password from /proc/PID/environ in the 460-700 ms before the
+    daemon made itself non-dumpable (after Twisted's import and the
+    options). Every entry point now does so first."""
+
+    def dumpable_at(self, watched, argv, start):
+        source = _WATCH.format(watched=watched, argv=argv) + start
+        done = subprocess.run([sys.executable, "-c", source], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(done.stdout.strip().splitlines()[-1:], ["dumpable 0"], done.stderr)
+
+    def test_python_m_is_undumpable_before_it_imports_twisted(self):
+        self.dumpable_at("twisted", ["netweir-serve", "--help"],
+                         "import runpy\nrunpy.run_module('netweir_serve', run_name='__main__')")
+
+    def test_the_console_script_is_undumpable_before_it_imports_twisted(self):
+        self.dumpable_at("twisted", ["netweir-serve", "--help"],
+                         "from importlib.metadata import entry_points\n"
+                         "[script] = entry_points(group='console_scripts', name='netweir-serve')\n"
+                         "script.load()()")
+
+    def test_twistd_is_undumpable_before_it_reads_the_options(self):
+        self.dumpable_at("netweir_serve.options", ["twistd", "-n", "netweir-serve", "--help"],
+                         "from twisted.scripts.twistd import run\nrun()")
+
+    def test_the_tac_file_is_undumpable_before_it_reads_the_options(self):
+        self.dumpable_at("netweir_serve.options",
+                         ["twistd", "--pidfile=", "-ny", os.path.join(ROOT, "netweir-serve.tac")],
+                         "from twisted.scripts.twistd import run\nrun()")
