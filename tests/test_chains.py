@@ -165,8 +165,9 @@ class AddTests(unittest.TestCase):
         self.assertIn("again (spider books) after detail (spider details) after price"
                       " (spider prices) after author (spider authors) after again", message)
         # A spider after itself.
-        self.assertIn("would make a loop: self (spider books) after self",
-                      rig.refused(name="self", spider="books", after="books"))
+        self.assertEqual(rig.refused(name="self", spider="books", after="books"),
+                         "parameter 'after': a chain after books would make a loop:"
+                         " self (spider books) after self")
         # Not a loop: the same spider after a schedule of another.
         rig.add(name="nightly", spider="books", every="1d")
         rig.add(name="fine", spider="details", after="schedule:nightly")

@@ -118,7 +118,8 @@ def describe_loop(names, schedules, spider, upstream):
     """``a (spider x) after b (spider y) after a``: a loop as a refusal says it."""
     spiders = {fold(r.name): r.spider for r in schedules}
     spiders[fold(names[0])] = spider
-    return " after ".join(f"{n} (spider {spiders[fold(n)]})" for n in names)
+    return " after ".join([f"{n} (spider {spiders[fold(n)]})" for n in names[:-1]]
+                          + [names[-1]])
 
 
 class Chains:
