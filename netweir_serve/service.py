@@ -254,7 +254,7 @@ class ServeService(service.Service):
             self._settle_retry.cancel()
         self.timetable.stop()
         if self.chains is not None:
-            self.chains.stop()
+            yield self.chains.stop()
         if self.membership is not None:
             self.membership.stop()
         if self.reactor_lag is not None:

@@ -284,6 +284,21 @@ class FiringTests(unittest.TestCase):
         rig.clock.advance(1)
         self.assertEqual(rig.job_ids(), ["detail-after-up1", "up1"])
 
+    def test_stopping_waits_for_the_firing_under_way_and_makes_no_more(self):
+        rig = self.rig
+        rig.add(name="detail", spider="details", after="books")
+        rig.submitter.delay = 5  # the job's check takes five seconds
+        rig.chains.ended(rig.end("up1"))
+        rig.end("up2")
+        stopped = rig.chains.stop()
+        self.assertNoResult(stopped)
+        rig.clock.advance(5)
+        self.successResultOf(stopped)
+        self.assertEqual(rig.job_ids(), ["detail-after-up1", "up1", "up2"])
+        self.assertEqual(rig.owed(), [("detail", "up2")])
+        rig.clock.advance(chains.SWEEP_SECONDS * 2)
+        self.assertEqual(rig.owed(), [("detail", "up2")])
+
     def test_a_paused_chain_skips_the_firing_and_a_deleted_one_drops_it(self):
         rig = self.rig
         rig.add(name="detail", spider="details", after="books", on=("finished",))

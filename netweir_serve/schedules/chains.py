@@ -151,10 +151,17 @@ class Chains:
         return self.process()
 
     def stop(self):
+        """Makes no more firings; fires once the one under way, if any, is
+        done (before the store closes under it)."""
         self._running = False
         if self._sweep is not None and self._sweep.running:
             self._sweep.stop()
         self._sweep = None
+        if self._pass is None:
+            return defer.succeed(None)
+        done = defer.Deferred()
+        self._again.append(done)
+        return done
 
     def ended(self, record):
         """A job ended here: its firings, if its end wrote any, are made now."""
@@ -185,6 +192,9 @@ class Chains:
         if self._again and self._running:
             self._pass, self._again = self._again, []
             self._pass_now()
+        elif not self._running:
+            # Stopped: no pass follows; whoever waits for one hears now.
+            waiters, self._again = waiters + self._again, []
         for waiter in waiters:
             waiter.callback(None)
 
