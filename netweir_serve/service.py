@@ -28,6 +28,7 @@ from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoi
 from .options import exposed_refusal
 from .reliability.cgroups import JobGroups
 from .jobs.deadlines import Deadlines
+from .schedules.chains import Chains
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .store import open_store
@@ -128,6 +129,9 @@ class ServeService(service.Service):
         self.deadlines = None
         # The time of day (clocks.py); makeService sets the one it gave the parts.
         self.wall = reactor
+        # schedules.chains.Chains, set by makeService: makes the chains'
+        # firings once the schedules are loaded.
+        self.chains = None
         # Why the service could not start, once it has stopped for it.
         self.failure = None
 
@@ -234,6 +238,10 @@ class ServeService(service.Service):
             yield self.timetable.start()
         except Exception:
             log.failure("could not start the recurring schedules")
+        if self.chains is not None:
+            # Firings owed from before (a kill between an end and its
+            # chain's job) are made now; later ones as ends come.
+            yield self.chains.start()
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -245,6 +253,8 @@ class ServeService(service.Service):
         if self._settle_retry is not None and self._settle_retry.active():
             self._settle_retry.cancel()
         self.timetable.stop()
+        if self.chains is not None:
+            yield self.chains.stop()
         if self.membership is not None:
             self.membership.stop()
         if self.reactor_lag is not None:
@@ -378,6 +388,8 @@ def makeService(config, reactor, wall=None):
                          reader, timetable, _listening(config, reactor, root))
     serve.wall = wall
     serve.deadlines = deadlines
+    serve.chains = Chains(store, timetable, reactor)
+    core.events.subscribe(lambda kind, record: serve.chains.ended(record), kinds=(ENDED,))
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,

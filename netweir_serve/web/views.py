@@ -4,6 +4,7 @@ import re
 from datetime import datetime
 
 from ..reliability.policy import JobPolicy
+from ..store.chain_firings import CHAIN_KIND
 from ..store.records import FINISHED, PENDING, RUNNING
 from ..schedules.times import iso_time
 
@@ -160,6 +161,9 @@ def schedule_entry(record, zone):
         # The schedule's own policy values, as its parameters take them.
         "policy": JobPolicy.from_json(record.policy).shown(),
     }
+    if record.kind == CHAIN_KIND:
+        # "after" (the rule) says what it runs after; "on", which ends.
+        entry["on"] = list(record.chain_on)
     if record.error is not None:
         entry["error"] = record.error
     return entry
