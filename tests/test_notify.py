@@ -195,6 +195,97 @@ class ReceiverTests(unittest.TestCase):
         self.assertFalse(delivered)
 
 
+class EndlessReply(Resource):
+    """Answers a POST 200 with a reply that never ends, counting what it
+    managed to write before the client went away."""
+
+    isLeaf = True
+
+    def __init__(self):
+        super().__init__()
+        self.written = 0
+        self.gone = defer.Deferred()
+
+    def render_POST(self, request):
+        chunk = b"x" * 65536
+
+        def more():
+            if request.finished or getattr(request, "_disconnected", False):
+                return
+            request.write(chunk)
+            self.written += len(chunk)
+            reactor.callLater(0, more)
+
+        request.notifyFinish().addBoth(lambda _: self.gone.callback(None)
+                                       if not self.gone.called else None)
+        more()
+        from twisted.web.server import NOT_DONE_YET
+        return NOT_DONE_YET
+
+
+class BoundedReplyTests(unittest.TestCase):
+    """Issue 26: a webhook receiver's reply was read whole (a 300 MB reply
+    took the daemon to 522 MB); now a few KB of it at most."""
+
+    @defer.inlineCallbacks
+    def test_an_endless_reply_is_read_a_few_kb_and_the_delivery_ends(self):
+        receiver = EndlessReply()
+        port = reactor.listenTCP(0, Site(receiver), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        url = f"http://127.0.0.1:{port.getHost().port}/hook"
+        notifier = Notifier(reactor, [url], job_entry, "box", timeout=5,
+                            retry_delays=(0.01,))
+        delivered = yield notifier.deliver(url, notifier.body(ended()), "j1")
+        self.assertTrue(delivered)
+        yield receiver.gone
+        # What the kernel's buffers took before the connection closed, not
+        # the reply: far less than the 5 s at loopback speed would write.
+        self.assertLess(receiver.written, 16 << 20)
+
+    @defer.inlineCallbacks
+    def test_read_capped_keeps_the_first_bytes_and_says_it_stopped(self):
+        from netweir_serve.jobs.replies import read_capped
+        receiver = EndlessReply()
+        port = reactor.listenTCP(0, Site(receiver), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        from twisted.web.client import Agent
+        answer = yield Agent(reactor).request(
+            b"POST", f"http://127.0.0.1:{port.getHost().port}/".encode())
+        body, whole = yield read_capped(answer, 1000)
+        self.assertEqual((body, whole), (b"x" * 1000, False))
+        yield receiver.gone
+
+
+class NodeAnswerBoundTests(unittest.TestCase):
+    """Issue 26: another node's answer is read with a bound too."""
+
+    @defer.inlineCallbacks
+    def test_a_node_answering_without_end_for_a_history_is_refused_not_read_whole(self):
+        from twisted.web.test.requesthelper import DummyRequest
+        from netweir_serve.web import elsewhere
+
+        receiver = EndlessReply()
+        receiver.render_GET = receiver.render_POST
+        port = reactor.listenTCP(0, Site(receiver), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+
+        class Store:
+            def get(self, jobid):
+                return defer.succeed(ended(id=jobid, node="other"))
+
+            def nodes(self):
+                return defer.succeed([{"name": "other", "dead": False,
+                                       "url": f"http://127.0.0.1:{port.getHost().port}"}])
+
+        self.patch(elsewhere, "NODE_ANSWER_LIMIT", 1 << 20)
+        owners = elsewhere.Owners(Store(), "here", reactor)
+        with self.assertRaises(elsewhere.OwnerAnswered) as raised:
+            yield owners.history("j1", DummyRequest([b""]))
+        self.assertIn("more than", raised.exception.message)
+        yield receiver.gone
+        self.assertLess(receiver.written, 64 << 20)
+
+
 class Receiver:
     """An HTTP server in a thread of the test process that records POSTs."""
 

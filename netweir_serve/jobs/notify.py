@@ -31,6 +31,7 @@ from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
 from .events import ENDED
+from .replies import NOTICE_REPLY_LIMIT, read_capped
 from ..store.records import OUTCOMES
 
 RETRY_DELAYS = (1.0, 5.0, 25.0)
@@ -219,10 +220,9 @@ class Notifier:
                 raise RetryableAnswer(f"HTTP {code}")
             raise RefusedAnswer(f"HTTP {code}, not tried again")
 
-        from twisted.web.client import readBody
-
-        # The answer's body is read (and dropped) so the connection ends.
-        return readBody(response).addBoth(judged)
+        # The answer's body is read (and dropped) so the connection ends,
+        # a few KB of it at most (replies.py).
+        return read_capped(response, NOTICE_REPLY_LIMIT).addBoth(judged)
 
 
 def _reason(error):

@@ -22,6 +22,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.util import DeferredResource
 
+from ..jobs.replies import read_capped
 from ..names import fold
 from .answer import write_error
 
@@ -32,6 +33,9 @@ PASSED_ON = b"x-netweir-serve-passed-on"
 
 # Seconds to wait for the owner's connection before calling it down.
 CONNECT_TIMEOUT = 10
+# The most of another node's answer read (a job's stats history: a
+# snapshot every few seconds of a crawl of days is a few MB).
+NODE_ANSWER_LIMIT = 32 << 20
 
 
 class OwnerDown(Exception):
@@ -120,11 +124,14 @@ class Owners:
         agent = self._client.Agent(self.reactor, connectTimeout=CONNECT_TIMEOUT)
         try:
             answer = yield agent.request(b"GET", url.encode("ascii"), headers)
-            body = yield self._client.readBody(answer)
+            body, whole = yield read_capped(answer, NODE_ANSWER_LIMIT)
         except Exception as e:
             log.info("job {jobid}: its node {node} did not answer for its history: {e}",
                      jobid=record.id, node=record.node, e=e)
             raise OwnerDown(record.id, record.node) from None
+        if not whole:
+            raise OwnerAnswered(502, f"node {record.node} answered more than"
+                                     f" {NODE_ANSWER_LIMIT >> 20} MB for the job's history")
         try:
             answered = json.loads(body)
         except ValueError:
