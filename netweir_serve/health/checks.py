@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from ..reliability.policy import MIN_HISTORY
 
 HEALTHY, DEGRADED = "healthy", "degraded"
+# What a run that finished is; --notify-on takes them beside the outcomes.
+HEALTHS = (HEALTHY, DEGRADED)
 
 
 @dataclass(frozen=True)
