@@ -337,11 +337,11 @@ class ServeOptions(usage.Options):
         self["notify"].append(parse_notify_url(url))
 
     def opt_notify_on(self, value):
-        """the outcomes and reasons --notify sends, comma-separated (default: finished,failed,cancelled,lost; reasons such as timeout, memory, exit 1)"""  # noqa: E501
+        """the outcomes, reasons and healths --notify sends, comma-separated (default: finished,failed,cancelled,lost; reasons such as timeout, memory, exit 1; degraded for runs that finished below their checks)"""  # noqa: E501
         self["notify-on"] = parse_outcomes(value)
 
     def opt_policy(self, rule):
-        """a policy for a project's jobs or one spider's: PROJECT[/SPIDER]:KEY=VALUE[,KEY=VALUE...] with keys timeout, stall, expire, retries, retry_on, backoff, memory, cpu (--policy shop:timeout=6h,retries=2); give it once per rule"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        """a policy for a project's jobs or one spider's: PROJECT[/SPIDER]:KEY=VALUE[,KEY=VALUE...] with keys timeout, stall, expire, retries, retry_on, backoff, memory, cpu, min_items, min_pages, items_drop, pages_drop, max_errors, slower, history (--policy shop:timeout=6h,retries=2); give it once per rule"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
         try:
             parse_rule(rule)
         except PolicyError as e:
