@@ -13,6 +13,7 @@ from twisted.logger import (
     textFileLogObserver)
 from twisted.python import usage
 
+from . import _proctree
 from .dirlock import DirectoryBusy, DirectoryUnusable
 from .listening import ListenError
 from .options import TWISTD_COMMAND, ServeOptions, refuse
@@ -127,6 +128,8 @@ def tac_application(environ=None, checkers=()):
     $NETWEIR_SERVE_OPTIONS, else the documented defaults. ``checkers`` are
     twisted.cred checkers of basic auth, beside or instead of the username
     and password (docs/security.md)."""
+    # As the program's entry point does, before the options (entry.py).
+    _proctree.make_undumpable()
     environ = os.environ if environ is None else environ
     options = parse(shlex.split(environ.get(TAC_OPTIONS_VARIABLE, "")), environ, checkers,
                     name=TAC_NAME, hint=TAC_HINT)

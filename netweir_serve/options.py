@@ -116,6 +116,21 @@ class ServeConfig:
         """The Listeners to listen on: --listen's, or --bind and --port's."""
         return self.listeners or (tcp_listener(self.bind, self.port),)
 
+    def secrets(self):
+        """The service's own secrets, as given: its password, the --notify
+        secret and the job table's password (in --jobs-db's URL). No job's
+        environment holds one (jobs.process.job_environment)."""
+        found = [self.notify_secret]
+        if self.credentials is not None:
+            found.append(self.credentials[1])
+        if self.jobs_db:
+            from urllib.parse import unquote, urlsplit
+            try:
+                found.append(unquote(urlsplit(self.jobs_db).password or ""))
+            except ValueError:
+                pass
+        return tuple(secret for secret in found if secret)
+
     @property
     def authenticated(self):
         """Whether every request needs a username and password."""

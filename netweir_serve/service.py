@@ -28,6 +28,7 @@ from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoi
 from .options import exposed_refusal
 from .reliability.cgroups import JobGroups
 from .jobs.deadlines import Deadlines
+from .schedules.chains import Chains
 from .schedules.timetable import Timetable
 from .spiders.reader import SpiderReader
 from .store import open_store
@@ -128,6 +129,9 @@ class ServeService(service.Service):
         self.deadlines = None
         # The time of day (clocks.py); makeService sets the one it gave the parts.
         self.wall = reactor
+        # schedules.chains.Chains, set by makeService: makes the chains'
+        # firings once the schedules are loaded.
+        self.chains = None
         # Why the service could not start, once it has stopped for it.
         self.failure = None
 
@@ -234,6 +238,10 @@ class ServeService(service.Service):
             yield self.timetable.start()
         except Exception:
             log.failure("could not start the recurring schedules")
+        if self.chains is not None:
+            # Firings owed from before (a kill between an end and its
+            # chain's job) are made now; later ones as ends come.
+            yield self.chains.start()
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -245,6 +253,8 @@ class ServeService(service.Service):
         if self._settle_retry is not None and self._settle_retry.active():
             self._settle_retry.cancel()
         self.timetable.stop()
+        if self.chains is not None:
+            yield self.chains.stop()
         if self.membership is not None:
             self.membership.stop()
         if self.reactor_lag is not None:
@@ -349,15 +359,18 @@ def makeService(config, reactor, wall=None):
     if groups.refusals:
         # Said once, at start; a job asking for such a limit is refused.
         log.info("job limits: {limits}", limits=groups.describe())
+    # The environment of every job, and of the spider files the reader
+    # loads (they may read it as they load): the service's, without its
+    # secrets (jobs.process.job_environment).
+    job_env = job_environment(os.environ, secrets=config.secrets())
     core = build_job_core(store, reactor, config.projects, config.directory, config.max_jobs,
                           config.node, wall=wall, keep=config.keep, python=config.python,
                           grace=config.grace, stats_interval=config.stats_interval,
                           poll_interval=config.poll_interval,
-                          max_per_spider=config.max_jobs_per_spider, groups=groups)
-    # Spider files may read the environment as they load: give them the one
-    # jobs get, without the service's credentials.
+                          max_per_spider=config.max_jobs_per_spider, groups=groups,
+                          environ=job_env)
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
-                          env=job_environment(os.environ))
+                          env=job_env)
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
                              rules=config.policies, enforceable=groups.refusal)
     deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire,
@@ -375,6 +388,8 @@ def makeService(config, reactor, wall=None):
                          reader, timetable, _listening(config, reactor, root))
     serve.wall = wall
     serve.deadlines = deadlines
+    serve.chains = Chains(store, timetable, reactor)
+    core.events.subscribe(lambda kind, record: serve.chains.ended(record), kinds=(ENDED,))
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,

@@ -32,7 +32,10 @@ class Echo(netweir.Spider):
 
     async def parse(self, page):
         yield {"cwd": os.getcwd(), "category": getattr(self, "category", None),
-               "environ": sorted(k for k in os.environ if k.startswith("NETWEIR_SERVE"))}
+               "environ": sorted(k for k in os.environ if k.startswith("NETWEIR_SERVE")),
+               "libpq": sorted(k for k in os.environ if k.startswith("PG")),
+               "holding_a_secret": sorted(k for k, v in os.environ.items()
+                                          if v.startswith("secret-"))}
 ''',
     "counted.py": '''
 class Counted(netweir.Spider):

@@ -64,6 +64,25 @@ class RunningTests(CrawlTestCase):
         self.assertEqual(item["category"], "fiction")
         self.assertEqual(item["environ"], [])
 
+    def test_the_services_secrets_reach_no_job_by_name_or_by_value(self):
+        # PGPASSWORD is what docs/cluster.md tells users to export; the
+        # same secrets under names of a user's own choosing go too (the
+        # password and the --notify secret, as the service read them).
+        daemon = self.daemon(
+            "--notify", "http://127.0.0.1:9/hook",
+            env={"NETWEIR_SERVE_USERNAME": "me", "NETWEIR_SERVE_PASSWORD": "secret-pw",
+                 "NETWEIR_SERVE_NOTIFY_SECRET": "secret-hook", "MY_PASSWORD": "secret-pw",
+                 "HOOK_KEY": "secret-hook", "PGPASSWORD": "secret-pg",
+                 "PGPASSFILE": "/root/.pgpass", "PGSERVICEFILE": "/root/.pg_service.conf",
+                 "PGSERVICE": "table", "PGHOST": "127.0.0.1", "PGPORT": "5432"},
+            auth=("me", "secret-pw"))
+        jobid = daemon.must_schedule("shop", "echo")
+        entry = daemon.wait_state(jobid, "finished")
+        [item] = [json.loads(l) for l in daemon.call("GET", entry["items_url"])[2].splitlines()]
+        self.assertEqual(item["environ"], [])
+        self.assertEqual(item["libpq"], ["PGHOST", "PGPORT"])
+        self.assertEqual(item["holding_a_secret"], [])
+
     def test_log_and_items_urls_ignore_the_case_of_project_and_job(self):
         daemon = self.daemon()
         entry = daemon.wait_state(daemon.must_schedule("shop", "echo", jobid="Job1"), "finished")
@@ -135,6 +154,9 @@ class RunningTests(CrawlTestCase):
         wait_until(lambda: os.path.exists(first_log), 30, "the first job's log")
         for jobid in jobs:
             wait_until(lambda: daemon.find(jobid)[0] in ("finished", None), 60, jobid)
+        # The prune follows the last end: the listing a moment after it.
+        wait_until(lambda: len(daemon.get("listjobs.json")[1]["finished"]) == 2, 10,
+                   "the prune after the last end")
         _, listing = daemon.get("listjobs.json")
         self.assertEqual(sorted(e["id"] for e in listing["finished"]), ["k1", "k2"])
         for kind, suffix in (("logs", ".log"), ("items", ".jsonl"), ("stats", ".json")):

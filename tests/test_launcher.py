@@ -317,6 +317,13 @@ class EnvironmentTests(unittest.TestCase):
                                "HOME": "/root"})
         self.assertEqual(env, {"HOME": "/root", "PYTHONUNBUFFERED": "1"})
 
+    def test_libpq_passwords_and_any_variable_holding_a_secret_stay_out(self):
+        env = job_environment({"PGPASSWORD": "x", "PGPASSFILE": "/p", "PGSERVICE": "s",
+                               "PGSERVICEFILE": "/s", "PGSSLPASSWORD": "y", "PGSSLKEY": "/k",
+                               "PGHOST": "db", "MINE": "hunter2", "HOME": "/root"},
+                              secrets=("hunter2", None))
+        self.assertEqual(env, {"PGHOST": "db", "HOME": "/root", "PYTHONUNBUFFERED": "1"})
+
 
 class CancellingTests(unittest.TestCase):
     def test_cancel_pending_takes_it_out_of_the_queue(self):

@@ -441,6 +441,60 @@ class SocketCapTests(SocketTestCase):
         yield self.served(last)
 
 
+class ClosedConnectionTests(SocketTestCase):
+    """Issue 26: a connection counts against the caps only while it is
+    open. A client that closes a connection and opens the next at once
+    (a keep-alive pool of one request per connection) is accepted before
+    the service has read the old one's end."""
+
+    @inlineCallbacks
+    def test_connections_a_client_closed_do_not_count_against_its_cap(self):
+        from twisted.internet.threads import deferToThread
+
+        def one_client(requests):
+            answered = 0
+            for _ in range(requests):
+                conn = socket.create_connection(("127.0.0.1", self.port.getHost().port),
+                                                timeout=10)
+                try:
+                    conn.sendall(REQUEST)
+                    received = b""
+                    while ANSWER not in received:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        received += chunk
+                    answered += ANSWER in received
+                except OSError:
+                    pass
+                finally:
+                    conn.close()
+            return answered
+
+        # Eight clients, each at the cap's share of one connection at a
+        # time, as the eight threads of the report.
+        answered = yield gatherResults([deferToThread(one_client, 40) for _ in range(8)])
+        self.assertEqual(sum(answered), 320)
+
+    def test_a_connection_whose_peer_closed_is_not_counted_when_a_cap_is_reached(self):
+        caps = ConnectionCaps(per_address=1, total=10)
+
+        class Gone:
+            client = "10.0.0.1"
+            pool = None
+
+            def peer_closed(self):
+                return True
+
+        gone = Gone()
+        caps.opened(gone.client, gone)
+        self.assertTrue(caps.admits("10.0.0.1"))
+        self.assertEqual(caps.by_address(), {})
+        # Its own close later changes nothing more.
+        caps.closed(gone.client, gone)
+        self.assertEqual((caps.open, caps.by_address()), (0, {}))
+
+
 class SocketDeadlineTests(SocketTestCase):
     """Real time, with a short deadline."""
 

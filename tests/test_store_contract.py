@@ -26,6 +26,7 @@ from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleSt
 from netweir_serve.store.records import DuplicateJob, JobRecord, StoreError
 from netweir_serve.store import notices, open_store
 from netweir_serve.store.sqlite import SQLiteJobStore
+from netweir_serve.store.chain_firings import CHAIN_ENDS
 from netweir_serve.store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 NODE_A, NODE_B = "node-a", "node-b"
@@ -1142,6 +1143,12 @@ class JobStoreContract:
         plan("delete_schedule", notices.SCHEDULE, None,
              lambda s, _: s.delete_schedule("s-del"),
              lambda s: s.add_schedule(schedule("s-del")))
+        plan("settle_chain_firing", notices.SCHEDULE, None,
+             lambda s, _: s.settle_chain_firing("s-chain", "n-up", runs_added=1,
+                                                last_job="s-chain-after-n-up"),
+             lambda s: s.add_schedule(chain("s-chain", "books", project="chained")).addCallback(
+                 lambda _: job_of("n-up", "chained")(s)).addCallback(
+                 lambda _: s.mark_finished("n-up", "finished", 2.0)))
         if IClusterStore.providedBy(self.store):
             plan("register_node", notices.NODE, None,
                  lambda s, _: s.register_node("node-x", "http://x"))
@@ -1157,7 +1164,7 @@ class JobStoreContract:
 
     # Methods that change no job and no schedule, and so tell nothing.
     READS = ("get", "schedule_jobs", "runs", "running", "jobs", "counts", "tally", "next_retry",
-             "get_schedule",
+             "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 
     def test_every_method_is_known_as_a_change_or_not(self):
@@ -1226,6 +1233,8 @@ class JobStoreContract:
                      lambda: self.store.prune(10),
                      lambda: self.store.update_schedule("nosuch", paused=True),
                      lambda: self.store.claim_firing("tick", 999, 10.0, 12.0, 10.0),
+                     lambda: self.store.chain_firings(),
+                     lambda: self.store.settle_chain_firing("tick", "a", runs_added=1),
                      lambda: self.store.delete_schedule("nosuch")):
             yield call()
         self.assertEqual(self.store.version, version)
@@ -1331,6 +1340,13 @@ def schedule(name="tick", project="shop", next_due=10.0, **fields):
     return ScheduleRecord(name=name, project=project, spider="books", kind="every",
                           rule="2s", tz="UTC", next_due=next_due, anchor=8.0,
                           settings=(("max_items", "5"),), arguments=(("a", "1"),), **fields)
+
+
+def chain(name, upstream, project="shop", spider="details", on=("healthy",), **fields):
+    """A chain schedule: ``spider`` runs after each job of ``upstream`` (a
+    spider, or schedule:NAME) that ends as ``on`` says."""
+    return ScheduleRecord(name=name, project=project, spider=spider, kind="after",
+                          rule=upstream, tz="UTC", chain_on=tuple(on), **fields)
 
 
 class ScheduleStoreContract:
@@ -1440,6 +1456,99 @@ class ScheduleStoreContract:
             self.assertEqual(len([r for r in won if r is not None]), 1, won)
         found = yield others[1].get_schedule("tick")
         self.assertEqual((found.next_due, found.last_due), (16.0, 14.0))
+
+
+    # -- chains: the outbox of firings owed -------------------------------------
+
+    @defer.inlineCallbacks
+    def end_job(self, jobid, outcome="finished", end_time=20.0, spider="books",
+                schedule=None, project="shop", **fields):
+        """Adds, claims, starts and ends one job; its ended record."""
+        yield self.store.add(JobRecord(id=jobid, project=project, spider=spider,
+                                       spider_file="/p/x.py", schedule=schedule, **fields))
+        claimed = yield self.store.claim_next(NODE_A, [project], end_time - 1)
+        self.assertEqual(claimed.id, jobid)
+        ended = yield self.store.mark_finished(jobid, outcome, end_time)
+        return ended
+
+    @defer.inlineCallbacks
+    def owed(self):
+        return [(f.schedule_key, f.upstream) for f in (yield self.store.chain_firings())]
+
+    @defer.inlineCallbacks
+    def test_a_final_end_writes_one_firing_for_each_chain_it_matches(self):
+        listener, heard = yield self.listener()
+        yield self.store.add_schedule(schedule("tick"))
+        yield self.store.add_schedule(chain("Detail", "BOOKS"))
+        yield self.store.add_schedule(chain("alert", "books", on=("failed",)))
+        yield self.store.add_schedule(chain("by-tick", "schedule:TICK", on=("finished",)))
+        yield self.store.add_schedule(chain("degraded", "books", on=("degraded",)))
+        yield self.store.add_schedule(chain("elsewhere", "books", project="news"))
+        yield self.store.add_schedule(chain("other", "authors", on=CHAIN_ENDS))
+        ended = yield self.end_job("a", schedule="tick", end_time=20.0)
+        self.assertEqual((ended.health, ended.chain_firings), ("healthy", ("Detail", "by-tick")))
+        failed = yield self.end_job("b", outcome="failed", end_time=30.0)
+        self.assertEqual(failed.chain_firings, ("alert",))
+        self.assertEqual((yield self.owed()), [("by-tick", "a"), ("detail", "a"), ("alert", "b")])
+        firings = yield self.store.chain_firings()
+        self.assertEqual([f.created for f in firings], [20.0, 20.0, 30.0])
+        # A cancelled job fires no chain; a lost one is a failed one.
+        yield self.store.add(record("c"))
+        cancelled = yield self.store.cancel_pending("c", 40.0)
+        self.assertEqual(cancelled.chain_firings, ())
+        yield self.add_all(record("d"))
+        yield self.store.claim_next("node-gone", ["shop"], 41.0)
+        lost = yield self.store.recover("node-gone", 50.0, lambda r: None)
+        self.assertEqual([r.chain_firings for r in lost], [("alert",)])
+        # The first end stands: ending a job again writes nothing.
+        self.assertIsNone((yield self.store.mark_finished("a", "finished", 60.0)))
+        self.assertEqual(len((yield self.owed())), 4)
+        if listener is not None:
+            yield self.versions_agree(listener, self.store)
+            self.assertIn(notices.SCHEDULE, [n.kind for n in heard])
+
+    @defer.inlineCallbacks
+    def test_an_end_that_queues_a_retry_owes_nothing_its_final_attempt_does(self):
+        yield self.store.add_schedule(chain("alert", "books", on=("failed",)))
+        yield self.store.add(self.retrying("n", policy={"retries": 1, "backoff": 1}))
+        first = yield self.run_and_end("n", 100.0)
+        self.assertEqual((first.retry.id, first.chain_firings), ("n.r1", ()))
+        self.assertEqual((yield self.owed()), [])
+        final = yield self.run_and_end("n.r1", 200.0)
+        self.assertEqual((final.retry, final.chain_firings), (None, ("alert",)))
+        self.assertEqual((yield self.owed()), [("alert", "n.r1")])
+
+    @defer.inlineCallbacks
+    def test_a_firing_is_settled_and_counted_once(self):
+        added = yield self.store.add_schedule(chain("detail", "books"))
+        yield self.end_job("a")
+        others = []
+        for _ in range(2):
+            others.append((yield self.open(self.make_second_store)))
+        settled = yield defer.gatherResults([
+            s.settle_chain_firing("DETAIL", "a", seq=added.seq, runs_added=1,
+                                  last_job="detail-after-a", error=None)
+            for s in [self.store] + others])
+        won = [r for r in settled if r is not None]
+        self.assertEqual([(r.runs, r.last_job) for r in won], [(1, "detail-after-a")])
+        self.assertEqual((yield self.owed()), [])
+        found = yield self.store.get_schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.last_job), (1, 0, "detail-after-a"))
+        yield self.assertFailure(self.store.settle_chain_firing("detail", "a", runs=3),
+                                 TypeError)
+
+    @defer.inlineCallbacks
+    def test_a_firing_of_a_deleted_or_replaced_chain_is_dropped_counting_nothing(self):
+        old = yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        yield self.end_job("a")
+        yield self.end_job("b", end_time=30.0)
+        yield self.store.delete_schedule("detail")
+        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", runs_added=1)))
+        new = yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        self.assertIsNone((yield self.store.settle_chain_firing("detail", "b", seq=old.seq,
+                                                                skipped_added=1)))
+        self.assertEqual((yield self.owed()), [])
+        self.assertEqual((yield self.store.get_schedule("detail")), new)
 
 
 # A claimer in a process of its own: claims until no job is pending,

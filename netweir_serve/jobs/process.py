@@ -33,6 +33,12 @@ from . import datapaths
 
 # What the job's environment must never see: the service's credentials.
 SECRET_PREFIX = "NETWEIR_SERVE_"
+# libpq's variables that carry a password or say where one is (a password
+# file, a service file, a client key's passphrase): the service's own way
+# into a shared job table (docs/cluster.md exports PGPASSWORD), never a
+# spider's. Those naming only a host, port or database stay.
+LIBPQ_SECRETS = ("PGPASSWORD", "PGPASSFILE", "PGSERVICE", "PGSERVICEFILE", "PGSSLPASSWORD",
+                 "PGSSLKEY")
 
 # The variable that marks every process of one run of a job (see run_mark):
 # inherited by the crawl and whatever it starts, in any session, and
@@ -122,9 +128,17 @@ def run_mark(directory, record):
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def job_environment(environ, mark=None):
+def job_environment(environ, mark=None, secrets=()):
+    """The environment of a job (and of the reader's spider checks):
+    ``environ`` without the service's secrets, by name (NETWEIR_SERVE_*,
+    libpq's passwords and service files) and by value (any variable
+    holding one of ``secrets``, the service's own: its password, the
+    --notify secret, the job table's password, under whatever name a
+    user exported them), and with the run's ``mark``."""
+    held = {secret for secret in secrets if secret}
     env = {k: v for k, v in environ.items()
-           if not k.startswith(SECRET_PREFIX) and k != RUN_MARK_VARIABLE}
+           if not k.startswith(SECRET_PREFIX) and k != RUN_MARK_VARIABLE
+           and k not in LIBPQ_SECRETS and v not in held}
     env["PYTHONUNBUFFERED"] = "1"
     if mark is not None:
         env[RUN_MARK_VARIABLE] = mark

@@ -29,7 +29,7 @@ from ..store.records import DuplicateJob, Refusal
 from ..jobs.submit import JobRequest, SubmitRefused
 from ..reliability.policy import JobPolicy
 from ..names import MAX_JOB_ID_LENGTH, fold, name_problem
-from . import times
+from . import chains, times
 from ..store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 # A schedule's jobs are named NAME-YYYYMMDDTHHMMSSZ: 17 more characters,
@@ -73,13 +73,47 @@ class ScheduleRequest:
     priority: float = 0.0
     # Its jobs' policy values (reliability.policy.JobPolicy), or None.
     policy: object = None
+    # A chain's upstream (a spider, or schedule:NAME) in place of cron and
+    # every, and the ``on`` parameters as given (schedules.chains).
+    after: str = None
+    on: tuple = ()
 
 
 def rule_of_record(record):
-    """The times.Rule a stored schedule fires by."""
+    """The times.Rule a stored schedule fires by; None for a chain, which
+    fires when its upstream's jobs end (schedules.chains)."""
+    if record.kind == chains.CHAIN_KIND:
+        return None
     if record.kind == "cron":
         return times.rule_of(cron=record.rule, tz=record.tz)
     return times.rule_of(every=record.rule, tz=record.tz)
+
+
+@dataclass(frozen=True)
+class _ChainRule:
+    """What a chain stores in place of a times.Rule: its upstream as
+    ``rule`` and the zone its times are shown in; it has no due times."""
+
+    text: str
+    zone_name: str
+    kind: str = chains.CHAIN_KIND
+
+    def first_due(self, anchor):
+        return None
+
+
+def _chain_times(request, local_zone):
+    """The _ChainRule of a chain request before its upstream is checked;
+    refused (ScheduleRefused) when it also asks for times."""
+    for given, what in ((request.cron, "cron"), (request.every, "every"),
+                        (request.misfire, "misfire")):
+        if given is not None:
+            raise ScheduleRefused(f"parameter '{what}': a chain (after=) runs when its"
+                                  f" upstream's jobs end, not at times: give one of them")
+    if not request.after:
+        raise ScheduleRefused("parameter 'after' is empty")
+    zone_name, _ = times.parse_zone(local_zone if request.tz is None else request.tz)
+    return _ChainRule(text=request.after, zone_name=zone_name)
 
 
 class Timetable:
@@ -234,11 +268,16 @@ class Timetable:
         key = fold(record.name)
         self._schedules[key] = record
         try:
-            self._rules[key] = rule_of_record(record)
+            rule = rule_of_record(record)
         except times.RuleError as e:
             # A zone taken out of the system's tzdata since, say.
             self._rules.pop(key, None)
             self.log.error("schedule {name} cannot fire: {why}", name=record.name, why=e)
+            return
+        if rule is None:
+            self._rules.pop(key, None)  # a chain: no timer wakes for it
+        else:
+            self._rules[key] = rule
 
     def _stop_firing(self, key):
         """Cancels the firing under way of schedule ``key``, if any: its
@@ -415,6 +454,17 @@ class Timetable:
         self._keep(updated)
         return updated
 
+    def holds(self, record):
+        """Whether the timetable holds ``record`` as its schedule's (not
+        deleted or replaced since, as it last read the table) and it may
+        queue jobs (not paused)."""
+        return self._current(record) is not None
+
+    def keep(self, updated):
+        """Takes ``updated`` (a schedule's record a chain's firing wrote) as
+        the schedule's, and says so (``on_change``)."""
+        self._keep(updated)
+
     def _keep(self, updated, announce=True):
         """Takes ``updated``, written here, as the schedule's record, and
         says so, unless the schedule was deleted or replaced meanwhile."""
@@ -460,17 +510,30 @@ class Timetable:
         if problem:
             raise ScheduleRefused(f"parameter 'name': {problem}")
         try:
-            rule = times.rule_of(cron=request.cron, every=request.every,
-                                 tz=self._local_zone if request.tz is None else request.tz)
+            if request.after is None:
+                if request.on:
+                    raise ScheduleRefused("parameter 'on' is for a chain: give it with after=")
+                rule = times.rule_of(cron=request.cron, every=request.every,
+                                     tz=self._local_zone if request.tz is None else request.tz)
+            else:
+                rule = _chain_times(request, self._local_zone)
             overlap = times.parse_policy("overlap", request.overlap or "skip")
             misfire = times.parse_policy("misfire", request.misfire or "once")
-        except times.RuleError as e:
+            chain_on = chains.parse_on(request.on) if request.after is not None else ()
+        except (times.RuleError, chains.ChainError) as e:
             raise ScheduleRefused(str(e)) from None
+        if request.after is not None and chains.UPSTREAM_ARGUMENT in dict(request.arguments):
+            raise ScheduleRefused(
+                f"parameter {chains.UPSTREAM_ARGUMENT!r}: a chain's jobs get it, set to the"
+                " upstream job's id; it cannot be one of the schedule's own arguments")
         if (yield self._store.get_schedule(name)) is not None:
             raise DuplicateSchedule(name)
         checked = yield self._submitter.check(JobRequest(
             project=project.name, spider=request.spider, settings=tuple(request.settings),
             arguments=tuple(request.arguments), priority=request.priority))
+        if request.after is not None:
+            rule = yield self._chain_rule(rule, project.name, name, checked.spider,
+                                          request.after)
         # Its jobs could not run here: refused now, not at every firing.
         own = request.policy or JobPolicy()
         self._submitter.policy_of(project.name, checked.spider, own)
@@ -480,7 +543,7 @@ class Timetable:
             rule=rule.text, tz=rule.zone_name, overlap=overlap, misfire=misfire,
             settings=tuple(request.settings), arguments=tuple(request.arguments),
             priority=float(request.priority), anchor=anchor, next_due=rule.first_due(anchor),
-            created=self._wall.seconds(), policy=own.to_json()))
+            created=self._wall.seconds(), policy=own.to_json(), chain_on=chain_on))
         self._remember(record)
         self.log.info("schedule {name} added: {project}/{spider} {kind}={rule} ({tz})",
                       name=record.name, project=record.project, spider=record.spider,
@@ -488,6 +551,33 @@ class Timetable:
         self._arm()
         self._on_change(record)
         return record
+
+    @defer.inlineCallbacks
+    def _chain_rule(self, rule, project, name, spider, after):
+        """``rule`` (a chain's _ChainRule) with its upstream checked and
+        named as stored: a spider of ``project`` (as its class names it), or
+        schedule:NAME of one of its schedules. Refused when that upstream
+        does not exist, or when the chain would close a loop."""
+        if after.startswith(chains.SCHEDULE_PREFIX):
+            upstream = yield self._store.get_schedule(after[len(chains.SCHEDULE_PREFIX):])
+            if upstream is None or fold(upstream.project) != fold(project):
+                raise ScheduleRefused(f"parameter 'after': no schedule"
+                                      f" {after[len(chains.SCHEDULE_PREFIX):]!r} in project"
+                                      f" {project!r}")
+            text = chains.SCHEDULE_PREFIX + upstream.name
+        else:
+            try:
+                found = yield self._submitter.check(JobRequest(project=project, spider=after))
+            except SubmitRefused as e:
+                raise ScheduleRefused(f"parameter 'after': {e.message}") from None
+            text = found.spider
+        siblings = yield self._store.schedules(project)
+        loop = chains.find_loop(name, spider, text, siblings)
+        if loop is not None:
+            raise ScheduleRefused(
+                f"parameter 'after': a chain after {text} would make a loop: "
+                + chains.describe_loop(loop, siblings, spider, text))
+        return _ChainRule(text=text, zone_name=rule.zone_name)
 
     @defer.inlineCallbacks
     def _own(self, project, name):

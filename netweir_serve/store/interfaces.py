@@ -207,6 +207,24 @@ class IScheduleStore(Interface):
     def delete_schedule(name):
         """Forgets the schedule; fires with the record it had, or None."""
 
+    def chain_firings():
+        """The chain firings owed (store.chain_firings.ChainFiring: a
+        schedule's folded name, the upstream job, when its end wrote it),
+        oldest first. A job's final end writes one for every chain schedule
+        (``kind`` "after") of its project whose upstream it is (its spider,
+        or ``schedule:NAME`` of its schedule) and whose ``chain_on`` its end
+        matches, in the transaction of the end, once: an end that queues a
+        retry writes none, and no end writes one twice."""
+
+    def settle_chain_firing(name, upstream, seq=None, runs_added=0, skipped_added=0,
+                            **changes):
+        """Deletes the firing of schedule ``name`` owed for job ``upstream``
+        and, in the same transaction and only if it was still there, makes
+        the changes ``update_schedule`` would make: whoever settles a
+        firing first counts its job, and a second settling (another node,
+        a restart) changes nothing. Fires with the new record, or None when
+        the firing was gone (or the schedule is)."""
+
 
 class IClusterStore(Interface):
     """The nodes sharing one job table (the PostgreSQL backend), and what

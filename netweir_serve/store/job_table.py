@@ -28,6 +28,7 @@ from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
 from .records import (
     CANCELLED_BY_USER, FINISHED, FINISHED_OUTCOME, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .retrying import retry_after
+from . import chain_firings
 from ..health.checks import RunCounts, judge
 from ..health.counts import counts_of
 from ..reliability.policy import JobPolicy
@@ -130,11 +131,10 @@ class JobTable:
         record = self._judged(tx, self._record(self._jobs.all, row))
         tx.changed(ENDED, record.id, record.node)
         retry = retry_after(record, self._jitter())
-        if retry is None:
-            return record
-        added = tx.one(_ADD_RETRY, self._inserted(retry))
+        added = None if retry is None else tx.one(_ADD_RETRY, self._inserted(retry))
         if added is None:
-            return record
+            # Its final attempt: the chains after it are owed their firing.
+            return chain_firings.write_owed(tx, record, self._schedule)
         tx.changed(QUEUED, retry.id)
         return replace(record, retry=replace(retry, seq=added[0]))
 

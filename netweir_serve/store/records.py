@@ -123,3 +123,7 @@ class JobRecord:
     # the other ways a job ends), the retry that end queued in the same
     # transaction (a pending JobRecord), or None.
     retry: object = field(default=None, compare=False, repr=False)
+    # Not a column either: on the record of a final end (no retry), the
+    # names of the chain schedules whose firing it wrote to the outbox in
+    # the same transaction (store.chain_firings).
+    chain_firings: tuple = field(default=(), compare=False, repr=False)

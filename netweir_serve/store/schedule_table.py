@@ -21,6 +21,7 @@ from twisted.internet import defer
 
 from ..names import fold
 from .schedule_records import DuplicateSchedule, ScheduleRecord
+from .chain_firings import ChainFiring
 from .columns import CLAIM_FIRING, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, record_of
 from .notices import SCHEDULE
 
@@ -74,9 +75,18 @@ class ScheduleTable:
             {"project": None if project is None else fold(project)})])
 
     def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
+        try:
+            statement, values = self._update(name, seq, runs_added, skipped_added, changes)
+        except TypeError as e:
+            return defer.fail(e)
+        return self._write_statements(lambda tx: self._changed(tx, tx.one(statement, values)))
+
+    def _update(self, name, seq, runs_added, skipped_added, changes):
+        """(statement, values) of update_schedule; TypeError for a field
+        it may not set."""
         unknown = set(changes) - set(SCHEDULE_SETTABLE)
         if unknown:
-            return defer.fail(TypeError(f"not a settable field: {', '.join(sorted(unknown))}"))
+            raise TypeError(f"not a settable field: {', '.join(sorted(unknown))}")
         columns = {c.name: c for c in self._schedule_columns}
         values = {f"set_{key}": columns[key].to_db(value) for key, value in changes.items()}
         assignments = [f"{key} = %(set_{key})s" for key in changes]
@@ -90,7 +100,32 @@ class ScheduleTable:
                       seq=seq)
         statement = (f"UPDATE schedules SET {', '.join(assignments)} WHERE {_WHOSE}"
                      f" RETURNING {_SELECT}")
-        return self._write_statements(lambda tx: self._changed(tx, tx.one(statement, values)))
+        return statement, values
+
+    def chain_firings(self):
+        return self._read_statements(lambda tx: [ChainFiring(*row) for row in tx.all(
+            "SELECT schedule_key, upstream, created FROM chain_firings"
+            " ORDER BY created, schedule_key, upstream", {})])
+
+    def settle_chain_firing(self, name, upstream, seq=None, runs_added=0, skipped_added=0,
+                            **changes):
+        try:
+            statement, values = self._update(name, seq, runs_added, skipped_added, changes)
+        except TypeError as e:
+            return defer.fail(e)
+
+        def settle(tx):
+            # Only the caller that takes the row counts its job: two nodes
+            # settling one firing count it once.
+            taken = tx.one("DELETE FROM chain_firings WHERE schedule_key = %(key)s"
+                           " AND upstream = %(upstream)s RETURNING schedule_key",
+                           {"key": fold(name), "upstream": upstream})
+            if taken is None:
+                return None
+            tx.changed(SCHEDULE)
+            return self._changed(tx, tx.one(statement, values))
+
+        return self._write_statements(settle)
 
     def claim_firing(self, name, seq, seen_next_due, next_due, due=None):
         return self._write_statements(lambda tx: self._changed(tx, tx.one(

@@ -51,6 +51,7 @@ from zope.interface import implementer
 
 from ..store.records import FINISHED, RUNNING
 from ..names import fold
+from .answer import write_error
 from .pages import refuse_leaf
 from .views import job_entry, schedule_entry
 
@@ -61,6 +62,8 @@ KEEPALIVE_SECONDS = 15.0
 MAX_PENDING = 256
 # What a browser's EventSource waits before connecting again (ms).
 RETRY_MS = 2000
+# Seconds a client refused a stream (the streams' caps full) is told to wait.
+STREAMS_FULL_RETRY = b"30"
 
 
 def event_bytes(kind, data):
@@ -253,5 +256,16 @@ class Events(Resource):
             request.setHeader(b"content-type", EVENT_STREAM_TYPE)
             request.setHeader(b"cache-control", b"no-store")
             return b""
+        # A stream counts against caps of the streams' own, so that idle
+        # streams never leave a plain request without room (web/limits.py).
+        connection = getattr(request.channel, "connection", None)
+        if connection is not None and not connection.become_stream():
+            caps = connection.factory.caps
+            request.setHeader(b"retry-after", STREAMS_FULL_RETRY)
+            return write_error(
+                request, 429,
+                f"too many event streams: at most {caps.streams_per_address} from one"
+                f" address and {caps.streams_total} in all are open at once; close one,"
+                " or read the listings instead")
         self.hub.open(request)
         return NOT_DONE_YET

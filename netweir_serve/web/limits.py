@@ -31,6 +31,7 @@ Wiring, with the reactor the service runs on::
     reactor.listenTCP(6800, limit(site, reactor), interface="127.0.0.1")
 """
 
+import socket
 from collections import Counter
 
 from twisted.internet.interfaces import IPushProducer
@@ -148,6 +149,8 @@ class DeadlineChannel(HTTPChannel):
     """
 
     request_clock = None
+    # The LimitedConnection it is served on (set with request_clock).
+    connection = None
     # Whether the transport paused this channel: its write buffer is full.
     _backlogged = False
     _idle_call = None
@@ -227,12 +230,22 @@ class LimitedConnection(ProtocolWrapper):
     """One connection of a ``ConnectionLimits``, timed by a ``RequestClock``.
     ``protocol`` is the HTTP channel, or a wrapper of it (TLS)."""
 
+    # The caps' pool that counts it (ConnectionCaps): until it is closed,
+    # or found closed by its client; None then.
+    pool = None
+
     def __init__(self, factory, protocol, client):
         super().__init__(factory, protocol)
         self.client = client
         self._clock = RequestClock(factory.reactor, factory.deadline, self._too_slow)
         self._channel = _channel_in(protocol)
         self._channel.request_clock = self._clock
+        self._channel.connection = self
+
+    def become_stream(self):
+        """Counts this connection as an event stream from now on (see
+        ConnectionCaps); False when the streams' caps are full."""
+        return self.factory.caps.make_stream(self)
 
     def connectionMade(self):
         self._clock.start()
@@ -259,6 +272,20 @@ class LimitedConnection(ProtocolWrapper):
         self._clock.close()
         super().connectionLost(reason)
 
+    def peer_closed(self):
+        """Whether the client has closed the connection (or reset it)
+        though the service has not read its end yet: a look at the socket
+        that takes nothing from it. Data still unread means it is open."""
+        handle = getattr(self.transport, "getHandle", lambda: None)()
+        if not isinstance(handle, socket.socket):
+            return False
+        try:
+            return handle.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True  # reset by the client
+
     def _too_slow(self, begun):
         if begun:
             # Part of a request, too late: drop it, answer nothing.
@@ -275,10 +302,66 @@ class LimitedConnection(ProtocolWrapper):
 GIVE_BACK_AFTER = 8 << 20
 
 
+class _Pool:
+    """Connections counted against one pair of caps: ``per_address`` for
+    one client address, ``total`` for all."""
+
+    def __init__(self, per_address, total):
+        self.per_address = per_address
+        self.total = total
+        self.open = 0
+        self.per_client = Counter()
+        # {client: {connection: None}}: those counted, to look at again
+        # when a cap is reached.
+        self._members = {}
+
+    def has_room(self, client):
+        """Whether one more connection of ``client`` fits. At a cap,
+        connections whose client has closed them but whose end the service
+        has not read yet stop counting first: a client that closes a
+        connection and opens the next at once is accepted in the same turn
+        of the reactor, before the end of the old one is read."""
+        if self._fits(client):
+            return True
+        among = self._members if self.open >= self.total else {
+            client: self._members.get(client, {})}
+        for held in list(among.values()):
+            for connection in list(held):
+                if connection.peer_closed():
+                    self.remove(connection)
+        return self._fits(client)
+
+    def _fits(self, client):
+        return self.open < self.total and self.per_client[client] < self.per_address
+
+    def add(self, connection):
+        connection.pool = self
+        self.open += 1
+        self.per_client[connection.client] += 1
+        self._members.setdefault(connection.client, {})[connection] = None
+
+    def remove(self, connection):
+        client = connection.client
+        connection.pool = None
+        self.open -= 1
+        self.per_client[client] -= 1
+        self._members.get(client, {}).pop(connection, None)
+        if not self.per_client[client]:
+            # Forget the address, or every client ever seen would stay.
+            del self.per_client[client]
+            self._members.pop(client, None)
+
+
 class ConnectionCaps:
     """How many connections each client address and all together hold open,
     against ``per_address`` and ``total``: one of these for every endpoint
     the service listens on.
+
+    A connection that becomes an event stream (``make_stream``, /events)
+    leaves those caps for caps of the streams' own, ``streams_per_address``
+    and ``streams_total``: streams stay open for as long as their readers
+    like, and counted with the rest, a few hundred idle ones would leave no
+    room for a plain request.
 
     It also counts the bytes written to the connections (``written``), and
     when the last one closes after GIVE_BACK_AFTER bytes or more, calls
@@ -288,33 +371,54 @@ class ConnectionCaps:
     written to matter, so a client that connects for every request doesn't
     pay for it each time."""
 
-    def __init__(self, per_address=8, total=256, give_back=give_back_free_memory):
+    def __init__(self, per_address=8, total=256, give_back=give_back_free_memory,
+                 streams_per_address=4, streams_total=64):
         self.per_address = per_address
         self.total = total
-        self.open = 0
+        self.streams_per_address = streams_per_address
+        self.streams_total = streams_total
         self.written = 0
         self._give_back = give_back
-        self._per_client = Counter()
+        self._plain = _Pool(per_address, total)
+        self._streams = _Pool(streams_per_address, streams_total)
+
+    @property
+    def open(self):
+        """Connections counted, streams included."""
+        return self._plain.open + self._streams.open
 
     def admits(self, client):
-        return self.open < self.total and self._per_client[client] < self.per_address
+        return self._plain.has_room(client)
 
-    def opened(self, client):
-        self.open += 1
-        self._per_client[client] += 1
+    def opened(self, client, connection):
+        self._plain.add(connection)
 
-    def closed(self, client):
-        self.open -= 1
-        self._per_client[client] -= 1
-        if not self._per_client[client]:
-            # Forget the address, or every client ever seen would stay.
-            del self._per_client[client]
+    def make_stream(self, connection):
+        """Moves ``connection`` (counted) to the streams' caps; False, and
+        nothing changes, when they are full for its address or in all."""
+        if connection.pool is not self._plain:
+            return connection.pool is self._streams
+        if not self._streams.has_room(connection.client):
+            return False
+        self._plain.remove(connection)
+        self._streams.add(connection)
+        return True
+
+    def closed(self, client, connection):
+        if connection.pool is not None:
+            connection.pool.remove(connection)
         if not self.open and self.written >= GIVE_BACK_AFTER:
             self.written = 0
             self._give_back()
 
     def by_address(self):
-        return dict(self._per_client)
+        """{client address: connections it holds open}, streams included."""
+        found = Counter(self._plain.per_client)
+        found.update(self._streams.per_client)
+        return dict(found)
+
+    def streams_by_address(self):
+        return dict(self._streams.per_client)
 
 
 def client_of(addr):
@@ -362,11 +466,11 @@ class ConnectionLimits(WrappingFactory):
 
     def registerProtocol(self, p):
         super().registerProtocol(p)
-        self.caps.opened(p.client)
+        self.caps.opened(p.client, p)
 
     def unregisterProtocol(self, p):
         super().unregisterProtocol(p)
-        self.caps.closed(p.client)
+        self.caps.closed(p.client, p)
 
     def open_connections(self):
         """``{client address: connections it holds open}``, for every

@@ -27,11 +27,13 @@ no longer served are not listed (their files stay reachable by path).
 """
 
 import os
+import stat
 from html import escape
 from urllib.parse import quote
 
 from twisted.web.util import redirectTo
 
+from ..jobs.files import open_beneath
 from ..names import is_name
 from .answer import write_error
 from .pages import document, refuse_method, write_html
@@ -59,8 +61,21 @@ def file_size(size):
     return f"{size // (1 << 30)}G"
 
 
+def _opened_folder(root, parts):
+    """A descriptor of the folder ``parts`` below ``root``, opened as a job
+    file is (jobs.files.open_beneath): no symbolic link followed on the
+    way, so a folder linked in from outside DIR is not listed. Raises
+    OSError (ENOENT, ELOOP, ENOTDIR) otherwise."""
+    fd = open_beneath(root, os.path.join(root, *parts))
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotADirectoryError(os.path.join(root, *parts))
+    return fd
+
+
 def folder_rows(directory):
-    """(name, href, size, type) of each folder in ``directory``."""
+    """(name, href, size, type) of each folder in ``directory`` (a path,
+    or a descriptor of it)."""
     rows = []
     with os.scandir(directory) as entries:
         for entry in entries:
@@ -75,7 +90,8 @@ def project_rows(projects):
 
 
 def file_rows(directory, kind):
-    """(name, href, size, type) of each job file in ``directory``."""
+    """(name, href, size, type) of each job file in ``directory`` (a path,
+    or a descriptor of it)."""
     rows = []
     with os.scandir(directory) as entries:
         for entry in entries:
@@ -130,12 +146,24 @@ class DirectoryLister:
         refused = refuse_method(request)
         if refused is not None:
             return refused
-        directory = os.path.join(root, *parts)
         served = self.projects is not None and (
             not parts or (len(parts) == 1 and self.projects.get(parts[0]) is not None))
-        if not served and not os.path.isdir(directory):
+        folder = None
+        if parts:
+            try:
+                folder = _opened_folder(root, parts)
+            except OSError:
+                folder = None
+        if not served and folder is None:
             return write_error(request, 404, "no such path (no job of that project or"
                                " spider has written here, or they were all forgotten)")
+        try:
+            return self._answer(request, parts, folder)
+        finally:
+            if folder is not None:
+                os.close(folder)
+
+    def _answer(self, request, parts, folder):
         path = request.path.decode("utf-8", "replace")
         if not path.endswith("/"):
             # As static.File does: the listing's links are relative to it.
@@ -145,10 +173,12 @@ class DirectoryLister:
         try:
             if not parts:
                 rows = project_rows(self.projects)
+            elif folder is None:
+                rows = []  # a served project that has written nothing yet
             elif len(parts) == 2:
-                rows = file_rows(directory, self.kind)
+                rows = file_rows(folder, self.kind)
             else:
-                rows = folder_rows(directory) if os.path.isdir(directory) else []
+                rows = folder_rows(folder)
         except OSError:
             return write_error(request, 404, "no such path")
         return write_html(request, listing_html(path, rows))

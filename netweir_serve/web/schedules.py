@@ -11,7 +11,8 @@ from .views import schedule_entry
 # argument of a schedule cannot take one of these names.
 # The policy keys (timeout, retries, memory...) are the schedule's jobs' policy.
 ADDSCHEDULE_PARAMETERS = ("project", "spider", "setting", "priority", "cron", "every", "tz",
-                          "name", "overlap", "misfire", "jobid", "_version") + POLICY_KEYS
+                          "name", "overlap", "misfire", "jobid", "after", "on",
+                          "_version") + POLICY_KEYS
 
 
 class AddSchedule(ApiEndpoint):
@@ -36,6 +37,9 @@ class AddSchedule(ApiEndpoint):
                             and not (k.startswith("_") and k[1:] in POLICY_KEYS)),
             priority=params.priority(),
             policy=_policy(params),
+            after=params.get("after"),
+            # Repeated, comma-separated, or both (schedules.chains.parse_on).
+            on=tuple(params.all("on")),
         )
         added = self.api.timetable.add(wanted)
         return added.addCallbacks(self._entry, refused)

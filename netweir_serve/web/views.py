@@ -4,6 +4,7 @@ import re
 from datetime import datetime
 
 from ..reliability.policy import JobPolicy
+from ..store.chain_firings import CHAIN_KIND
 from ..store.records import FINISHED, PENDING, RUNNING
 from ..schedules.times import iso_time
 
@@ -23,25 +24,51 @@ def items_url(record):
     return f"/items/{record.project}/{record.spider}/{record.id}.jl"
 
 
-# The password of a URL's user information: scheme://user:PASSWORD@host
-# (or ://:PASSWORD@ for redis), wherever a URL stands in a value, so every
-# URL of a ``proxies`` list is masked too.
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)[^@\s]*@")
+# The user information of a URL, whatever its form: after a scheme
+# (``http://user:password@host``, ``http://KEY:@host``, a password with a
+# space or an @ in it: everything up to the authority's last @), or, without
+# one, ``user:password@host:port`` (a colon before the @, so that
+# ``me@example.com`` stays as it is).
+_WITH_SCHEME = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+_WITHOUT_SCHEME = re.compile(r"(?P<head>\A\s*)[^/?#@:\s]*:[^/?#]*@")
+
+
+def masked(value):
+    """``value`` with the user information of every URL in it (each item
+    of a comma-separated list, as ``proxies`` takes) shown as ``***``: the
+    user name goes too, since an API key is often given as one."""
+    if "@" not in value:
+        return value
+    items = value.split(",")
+    for i, item in enumerate(items):
+        if "@" in item:
+            item = _WITH_SCHEME.sub(r"\g<head>***@", item)
+            if "://" not in item:
+                item = _WITHOUT_SCHEME.sub(r"\g<head>***@", item)
+            items[i] = item
+    return ",".join(items)
 
 
 def _shown(key, value):
     """A setting's value as listings show it: no password is shown, neither
-    ``http_auth``'s nor one in any URL (``proxy``, ``proxies``, ``queue``)."""
+    ``http_auth``'s nor any URL's user information (``proxy``, ``proxies``,
+    ``queue``...)."""
     if value is None:
         return value
     if key == "http_auth":
         user, _, _ = value.partition(":")
         return f"{user}:***"
-    return _URL_PASSWORD.sub(r"\g<head>***@", value)
+    return masked(value)
 
 
 def shown_settings(pairs):
     return {k: _shown(k, v) for k, v in pairs}
+
+
+def shown_arguments(pairs):
+    """Spider arguments as listings show them: a URL's user information
+    masked there too (a start URL with a login in it)."""
+    return {k: masked(v) if isinstance(v, str) else v for k, v in pairs}
 
 
 def job_entry(record, waits_for=None):
@@ -79,7 +106,7 @@ def _job_entry(record):
     if record.state == PENDING:
         entry["priority"] = record.priority
         entry["settings"] = shown_settings(record.settings)
-        entry["arguments"] = {k: v for k, v in record.arguments}
+        entry["arguments"] = shown_arguments(record.arguments)
         entry["start_time"] = None
         entry["end_time"] = None
     elif record.state == RUNNING:
@@ -129,7 +156,7 @@ def schedule_entry(record, zone):
         "overlap": record.overlap,
         "misfire": record.misfire,
         "settings": shown_settings(record.settings),
-        "arguments": dict(record.arguments),
+        "arguments": shown_arguments(record.arguments),
         "priority": record.priority,
         "paused": record.paused,
         "next_run": next_run,
@@ -140,6 +167,9 @@ def schedule_entry(record, zone):
         # The schedule's own policy values, as its parameters take them.
         "policy": JobPolicy.from_json(record.policy).shown(),
     }
+    if record.kind == CHAIN_KIND:
+        # "after" (the rule) says what it runs after; "on", which ends.
+        entry["on"] = list(record.chain_on)
     if record.error is not None:
         entry["error"] = record.error
     return entry
