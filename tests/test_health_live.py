@@ -4,7 +4,8 @@ site, on SQLite and on PostgreSQL alike (each case runs on both).
 Five runs of a spider, then a sixth with a tenth of the items: it ends
 ``finished`` and ``degraded``, with a reason naming the median, in
 listjobs.json, jobstats.json, runs.json, --notify (--notify-on degraded),
-/metrics and the /jobs page; min_items alone degrades a first run; bad
+/metrics and the /jobs page; min_items alone degrades a first run; a chain
+on=degraded follows a degraded run and no healthy one; bad
 thresholds and runs.json's bad parameters are a 4xx naming them."""
 
 import json
@@ -112,6 +113,23 @@ class HealthLive:
                           {"items": None, "pages": None, "runtime": None}))
         self.assertEqual(runs["schedule"], {"name": "daily", "runs": 0, "skipped": 0,
                                             "buffered": 0, "caught_up": 0})
+
+    def test_a_chain_on_degraded_follows_a_degraded_run_alone(self):
+        daemon = self.daemon()
+        status, added = daemon.post("addschedule.json", {
+            "project": "shop", "spider": "echo", "after": "counted", "on": "degraded",
+            "name": "alert"})
+        self.assertEqual(status, 200, added)
+        self.assertEqual(self.crawl(daemon, 9, jobid="fine", _min_items="5")["health"],
+                         "healthy")
+        self.assertEqual(self.crawl(daemon, 2, jobid="thin", _min_items="5")["health"],
+                         "degraded")
+        entry = daemon.wait_state("alert-after-thin", "finished")
+        self.assertEqual(entry["schedule"], "alert")
+        _, listing = daemon.get("listjobs.json")
+        chained = [e["id"] for state in ("pending", "running", "finished")
+                   for e in listing[state] if e.get("schedule") == "alert"]
+        self.assertEqual(chained, ["alert-after-thin"])
 
     def test_bad_thresholds_and_runs_parameters_are_refused_naming_them(self):
         daemon = self.daemon()
