@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from twisted.python import usage
 
 from . import __version__
+from .health.checks import HEALTHS
 from .jobs.outcomes import REASONS
 from .store.records import OUTCOMES
 from .listening import PUBLIC, ListenError, is_loopback, parse_listener, tcp_listener
@@ -232,16 +233,18 @@ _STATUS_REASON = re.compile(r"(exit|signal) [0-9]{1,3}\Z")
 
 
 def parse_outcomes(text):
-    """--notify-on's comma-separated outcomes and reasons (jobs.outcomes:
-    ``timeout``, ``memory``, ``exit 1``...), checked: the outcomes in
-    their order, then the reasons as given."""
+    """--notify-on's comma-separated outcomes, reasons (jobs.outcomes:
+    ``timeout``, ``memory``, ``exit 1``...) and healths (``degraded``,
+    ``healthy``: runs that finished so), checked: the outcomes in their
+    order, then the others as given."""
     chosen = [" ".join(word.split()).lower() for word in text.split(",") if word.strip()]
     unknown = [word for word in chosen if word not in OUTCOMES and word not in REASONS
-               and not _STATUS_REASON.match(word)]
+               and word not in HEALTHS and not _STATUS_REASON.match(word)]
     if not chosen or unknown:
         raise usage.UsageError(
-            f"--notify-on takes outcomes ({', '.join(OUTCOMES)}) and reasons"
-            f" ({', '.join(REASONS)}, exit N, signal N), comma-separated, not {text!r}")
+            f"--notify-on takes outcomes ({', '.join(OUTCOMES)}), reasons"
+            f" ({', '.join(REASONS)}, exit N, signal N) and healths ({', '.join(HEALTHS)}),"
+            f" comma-separated, not {text!r}")
     return tuple(o for o in OUTCOMES if o in chosen) + tuple(
         dict.fromkeys(word for word in chosen if word not in OUTCOMES))
 
@@ -349,11 +352,11 @@ class ServeOptions(usage.Options):
         self["notify"].append(parse_notify_url(url))
 
     def opt_notify_on(self, value):
-        """the outcomes and reasons --notify sends, comma-separated (default: finished,failed,cancelled,lost; reasons such as timeout, memory, exit 1)"""  # noqa: E501
+        """the outcomes, reasons and healths --notify sends, comma-separated (default: finished,failed,cancelled,lost; reasons such as timeout, memory, exit 1; degraded for runs that finished below their checks)"""  # noqa: E501
         self["notify-on"] = parse_outcomes(value)
 
     def opt_policy(self, rule):
-        """a policy for a project's jobs or one spider's: PROJECT[/SPIDER]:KEY=VALUE[,KEY=VALUE...] with keys timeout, stall, expire, retries, retry_on, backoff, memory, cpu (--policy shop:timeout=6h,retries=2); give it once per rule"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        """a policy for a project's jobs or one spider's: PROJECT[/SPIDER]:KEY=VALUE[,KEY=VALUE...] with keys timeout, stall, expire, retries, retry_on, backoff, memory, cpu, min_items, min_pages, items_drop, pages_drop, max_errors, slower, history (--policy shop:timeout=6h,retries=2); give it once per rule"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
         try:
             parse_rule(rule)
         except PolicyError as e:

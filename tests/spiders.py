@@ -37,6 +37,17 @@ class Echo(netweir.Spider):
                "holding_a_secret": sorted(k for k, v in os.environ.items()
                                           if v.startswith("secret-"))}
 ''',
+    "counted.py": '''
+class Counted(netweir.Spider):
+    """One page and as many items as its argument ``count`` says (10)."""
+    name = "counted"
+    settings = netweir.Settings(throttle=False)
+    start_urls = [SITE + "/one"]
+
+    async def parse(self, page):
+        for n in range(int(getattr(self, "count", "10"))):
+            yield {"n": n}
+''',
     "failing.py": '''
 class Failing(netweir.Spider):
     """Crawls fine; its end-of-crawl check fails, so the crawl exits 1."""

@@ -281,6 +281,22 @@ class PageTests(CrawlTestCase):
         self.assertLessEqual(most[0], 4)
         self.assertEqual(self.errors, [])
 
+    def test_a_degraded_run_says_so_beside_its_outcome(self):
+        daemon = self.daemon()
+        thin = daemon.must_schedule("shop", "counted", count="2", _min_items="5")
+        fine = daemon.must_schedule("shop", "counted", count="2")
+        for jobid in (thin, fine):
+            daemon.wait_state(jobid, "finished")
+        page = self.open(daemon)
+        cell = page.locator(f'#finished tr[data-job="{thin}"] td.outcome.finished')
+        cell.locator(".degraded").wait_for(timeout=15000)
+        self.assertEqual(cell.inner_text(), "finished exit 0 (degraded)")
+        self.assertEqual(cell.locator(".degraded").get_attribute("title"),
+                         "items 2 < min_items 5")
+        other = page.locator(f'#finished tr[data-job="{fine}"] td.outcome')
+        self.assertEqual(other.inner_text(), "finished exit 0")
+        self.assertEqual(self.errors, [])
+
     def test_the_run_form_has_no_spider_chosen_until_the_user_chooses_one(self):
         daemon = self.daemon()
         page = self.open(daemon)

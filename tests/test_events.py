@@ -117,6 +117,17 @@ class HubTests(unittest.TestCase):
         first = request.events()[0][1]
         self.assertEqual((first["id"], first["log_url"], first["time"]),
                          ("j1", "/logs/shop/books/j1.log", 123.0))
+        self.assertNotIn("health", first)
+
+    def test_an_ended_event_carries_the_health_beside_the_outcome(self):
+        request = self.open()
+        reasons = ("items 4 < min_items 10",)
+        self.events.publish(ENDED, job(state=FINISHED, outcome="finished", start_time=100.0,
+                                       end_time=110.0, exit_status=0, health="degraded",
+                                       health_reasons=reasons))
+        [(_, ended)] = request.events()
+        self.assertEqual((ended["outcome"], ended["health"], ended["health_reasons"]),
+                         ("finished", "degraded", list(reasons)))
 
     def test_a_comment_every_15_seconds_while_streams_are_open(self):
         request = self.open()

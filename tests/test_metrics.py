@@ -102,6 +102,19 @@ class CollectorTests(unittest.TestCase):
         self.assertIn("process_cpu_seconds_total", {name for name, _ in found})
         self.assertIn("python_info", {name for name, _ in found})
 
+    def test_degraded_runs_by_project_and_spider(self):
+        for n, health in enumerate(("healthy", "degraded", "degraded", None)):
+            self.events.publish(ENDED, job(id=f"d{n}", state=FINISHED,
+                                           outcome="finished" if health else "failed",
+                                           reason="exit 0", health=health))
+        self.events.publish(ENDED, job(id="n", spider="news", state=FINISHED,
+                                       outcome="finished", health="degraded"))
+        found = self.render()
+        self.assertEqual(value(found, "netweir_serve_jobs_degraded_total", project="shop",
+                               spider="books"), 2)
+        self.assertEqual(value(found, "netweir_serve_jobs_degraded_total", project="shop",
+                               spider="news"), 1)
+
     def test_jobs_by_state_project_and_node_read_once_per_version(self):
         self.store.lists = ([job(id="a"), job(id="b", project="news")],
                             [job(id="c", state=RUNNING, node="n1")],

@@ -120,6 +120,29 @@ class NotifierTests(unittest.TestCase):
         self.assertEqual([json.loads(r[4])["job"]["id"] for r in self.agent.requests],
                          ["failed", "lost"])
 
+    def test_notify_on_degraded_sends_only_runs_that_finished_degraded(self):
+        from netweir_serve.options import parse_outcomes
+        self.notifier([200], outcomes=parse_outcomes("degraded"))
+        reasons = ("items 2 < 50% of median 20 over 5 runs",)
+        self.events.publish(ENDED, ended("finished", id="fine", exit_status=0, health="healthy"))
+        self.events.publish(ENDED, ended("failed", id="broke"))
+        self.events.publish(ENDED, ended("finished", id="thin", exit_status=0,
+                                         health="degraded", health_reasons=reasons))
+        [request] = self.agent.requests
+        sent = json.loads(request[4])
+        self.assertEqual((sent["job"]["id"], sent["job"]["outcome"], sent["job"]["health"],
+                          sent["job"]["health_reasons"]),
+                         ("thin", "finished", "degraded", list(reasons)))
+        self.assertEqual(sent["text"], "job thin (shop/books) finished after 0:01:02: 20 items,"
+                                       " 29 pages, degraded: items 2 < 50% of median 20 over"
+                                       " 5 runs")
+
+    def test_the_body_of_a_healthy_run_says_so(self):
+        self.notifier([200])
+        self.events.publish(ENDED, ended("finished", exit_status=0, health="healthy"))
+        job = json.loads(self.agent.requests[0][4])["job"]
+        self.assertEqual((job["health"], job["health_reasons"]), ("healthy", []))
+
     def test_three_retries_about_1_5_and_25_seconds_after_each_failure(self):
         logged = Logged(self)
         notifier = self.notifier([error.ConnectionRefusedError(), None, 503, 502])

@@ -173,6 +173,16 @@ class RenderingTests(unittest.TestCase):
         self.assertEqual(rows["n"]["start"], rows["n"]["finish"])
         self.assertIn("<td>failed</td>\n</tr>", job_row(finished, 0))
 
+    def test_a_degraded_run_says_so_beside_its_outcome(self):
+        thin = record(FINISHED, id="t", start_time=1.0, end_time=2.0, outcome="finished",
+                      reason="exit 0", health="degraded",
+                      health_reasons=("items 4 < min_items 5", "pages 1 < min_pages 2"))
+        self.assertIn("<td>finished (exit 0) degraded: items 4 &lt; min_items 5; pages 1 &lt;"
+                      " min_pages 2</td>", job_row(thin, 0))
+        fine = record(FINISHED, id="f", start_time=1.0, end_time=2.0, outcome="finished",
+                      reason="exit 0", health="healthy")
+        self.assertIn("<td>finished (exit 0)</td>", job_row(fine, 0))
+
     def test_jobs_page_is_rebuilt_per_version_with_live_runtimes(self):
         now = [1000.0]
         store = FakeStore(running=[record(RUNNING, id="r", pid=1, start_time=990.0)],

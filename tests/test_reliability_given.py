@@ -89,6 +89,13 @@ class PolicyOptionTests(unittest.TestCase):
         self.assertEqual(rules.for_spider("SHOP", "other").shown(),
                          {"timeout": "6h", "retries": 3})
 
+    def test_run_health_checks_are_rules_as_the_other_keys_are(self):
+        rules = self.parse("--policy", "shop:min_items=5,items_drop=50,history=7",
+                           "--policy", "shop/quick:slower=2.5,max_errors=12.5,min_pages=0")
+        self.assertEqual(rules.for_spider("shop", "quick").shown(),
+                         {"min_items": 5, "min_pages": 0, "items_drop": "50",
+                          "max_errors": "12.5", "slower": "2.5", "history": 7})
+
     def test_a_bad_rule_or_an_unserved_project_is_a_usage_error(self):
         for args, words in [
                 (["--policy", "shop:timeout=6x"], "timeout '6x' is not a duration"),
@@ -96,7 +103,10 @@ class PolicyOptionTests(unittest.TestCase):
                 (["--policy", "shop:tiemout=1h"], "'tiemout' is not a policy key"),
                 (["--policy", "shop"], "is not a rule"),
                 (["--policy", "nope:timeout=1h"], "names project 'nope', which no --project"),
-                (["--policy", "shop:retry_on=cancelled"], "'cancelled' is not an outcome")]:
+                (["--policy", "shop:retry_on=cancelled"], "'cancelled' is not an outcome"),
+                (["--policy", "shop:items_drop=150"], "items_drop '150' is not a percentage"),
+                (["--policy", "shop:min_items=-1"], "min_items '-1' is not a whole number"),
+                (["--policy", "shop:history=101"], "history '101' is not a number of runs")]:
             with self.assertRaises(usage.UsageError) as raised:
                 self.parse(*args)
             self.assertIn(words, str(raised.exception))

@@ -12,12 +12,16 @@ class ParseTests(unittest.TestCase):
     def test_every_key_read_and_shown_back(self):
         texts = {"timeout": "6h", "stall": "15m", "expire": "1d", "retries": "2",
                  "retry_on": "failed,timeout", "backoff": "90s", "memory": "512M",
-                 "cpu": "0.5"}
+                 "cpu": "0.5", "min_items": "50", "min_pages": "10", "items_drop": "50",
+                 "pages_drop": "12.5", "max_errors": "5", "slower": "1.5", "history": "7"}
         policy = JobPolicy.parse(texts)
         self.assertEqual(policy, JobPolicy(timeout=21600, stall=900, expire=86400, retries=2,
                                            retry_on=("failed", "timeout"), backoff=90,
-                                           memory=512 << 20, cpu=0.5))
-        self.assertEqual(policy.shown(), dict(texts, retries=2))
+                                           memory=512 << 20, cpu=0.5, min_items=50,
+                                           min_pages=10, items_drop=50, pages_drop=12.5,
+                                           max_errors=5, slower=1.5, history=7))
+        self.assertEqual(policy.shown(), dict(texts, retries=2, min_items=50, min_pages=10,
+                                              history=7))
         self.assertEqual(JobPolicy.from_json(policy.to_json()), policy)
         self.assertEqual(set(KEYS), set(texts))
 
@@ -39,6 +43,13 @@ class ParseTests(unittest.TestCase):
             "backoff": ("1.5s", "not a whole number of seconds"),
             "memory": ("63M", "too small: the least is 64M"),
             "cpu": ("0", "not a number of cores"),
+            "min_items": ("-1", "not a whole number of 0 or more"),
+            "min_pages": ("ten", "not a whole number of 0 or more"),
+            "items_drop": ("101", "not a percentage: give a number from 0 to 100"),
+            "pages_drop": ("-5", "not a percentage"),
+            "max_errors": ("nan", "not a percentage"),
+            "slower": ("1", "not a factor: give a number above 1"),
+            "history": ("2", "not a number of runs from 3 to 100"),
         }
         for key, case in bad.items():
             value, words = case if isinstance(case, tuple) else ("1", case)
@@ -50,6 +61,17 @@ class ParseTests(unittest.TestCase):
             self.assertRaises(PolicyError, JobPolicy.parse, {"memory": value})
         for value in ("inf", "nan", "-1", "zero"):
             self.assertRaises(PolicyError, JobPolicy.parse, {"cpu": value})
+        for value in ("0.5", "-2", "inf", "x"):
+            self.assertRaises(PolicyError, JobPolicy.parse, {"slower": value})
+        for value in ("101", "-1", "1.5", ""):
+            self.assertRaises(PolicyError, JobPolicy.parse, {"history": value})
+
+    def test_health_check_defaults(self):
+        self.assertEqual(JobPolicy().history_size, 5)
+        self.assertEqual(JobPolicy(history=9).history_size, 9)
+        self.assertFalse(JobPolicy(min_items=1, max_errors=5).compares)
+        for key in ("items_drop", "pages_drop", "slower"):
+            self.assertTrue(JobPolicy(**{key: 2}).compares)
 
     def test_a_stall_under_two_rewrites_of_the_stats_is_refused(self):
         # Progress is seen when the crawl rewrites its stats, every 5 s: a

@@ -267,6 +267,8 @@ class WatchingRetriesTests(unittest.TestCase):
         self.assertEqual(parse_outcomes("timeout, Failed,exit  1,memory,failed"),
                          ("failed", "timeout", "exit 1", "memory"))
         self.assertEqual(parse_outcomes("signal 9,node lost"), ("signal 9", "node lost"))
+        # Run health: a run that finished degraded (or healthy).
+        self.assertEqual(parse_outcomes("Degraded,failed"), ("failed", "degraded"))
         for wrong in ("timeouts", "exit", "exit x", ",", "stopped"):
             error = self.assertRaises(usage.UsageError, parse_outcomes, wrong)
             self.assertIn("reasons", str(error))

@@ -912,6 +912,106 @@ class JobStoreContract:
 
     # -- the version -----------------------------------------------------------
 
+    # -- run health (health.checks, judged with the end) ----------------------
+
+    @defer.inlineCallbacks
+    def run_counted(self, jobid, now, items, policy=None, outcome="finished", runtime=10.0,
+                    spider="books", schedule=None, pages=10):
+        """Adds, runs and ends ``jobid`` at ``now`` with ``items`` in its stats."""
+        yield self.store.add(JobRecord(id=jobid, project="shop", spider=spider,
+                                       spider_file="/p/x.py", policy=policy,
+                                       schedule=schedule))
+        claimed = yield self.store.claim_next(NODE_A, ["shop"], now)
+        self.assertEqual(claimed.id, jobid)
+        yield self.store.mark_started(jobid, 100)
+        ended = yield self.store.mark_finished(
+            jobid, outcome, now + runtime, exit_status=0,
+            stats={"items": items, "fetched": pages, "failed": 1, "callback_errors": 2})
+        return ended
+
+    @defer.inlineCallbacks
+    def test_a_run_is_judged_against_the_healthy_runs_before_it(self):
+        drop = {"items_drop": 50}
+        for n in range(5):
+            ended = yield self.run_counted(f"r{n}", 100.0 * n, 100 + n, drop)
+            self.assertEqual((ended.health, ended.health_reasons), ("healthy", ()))
+            self.assertEqual((ended.items, ended.pages, ended.errors), (100 + n, 10, 3))
+        ended = yield self.run_counted("r5", 600.0, 10, drop)
+        reasons = ("items 10 < 50% of median 102 over 5 runs",)
+        self.assertEqual((ended.outcome, ended.health, ended.health_reasons),
+                         ("finished", "degraded", reasons))
+        found = yield self.store.get("R5")
+        self.assertEqual((found.health, found.health_reasons, found.items), ("degraded", reasons, 10))
+        _, _, finished = yield self.store.jobs("shop")
+        listed = {r.id: (r.health, r.health_reasons) for r in finished}
+        self.assertEqual((listed["r5"], listed["r4"]), (("degraded", reasons), ("healthy", ())))
+        # A degraded run is no part of the history the next is judged by:
+        # three more of them would make the median 10 if they were.
+        for n in (6, 7):
+            ended = yield self.run_counted(f"r{n}", 100.0 * n, 10, drop)
+            self.assertEqual(ended.health, "degraded")
+        ended = yield self.run_counted("r8", 800.0, 40, drop)
+        self.assertEqual(ended.health_reasons,
+                         ("items 40 < 50% of median 102 over 5 runs",))
+        ended = yield self.run_counted("r9", 900.0, 51, drop)
+        self.assertEqual(ended.health, "healthy")
+
+    @defer.inlineCallbacks
+    def test_no_drop_or_slower_check_before_three_runs_and_min_items_at_once(self):
+        policy = {"items_drop": 10, "slower": 2, "min_pages": 5}
+        for n, items in enumerate((100, 0, 100)):
+            ended = yield self.run_counted(f"f{n}", 100.0 * n, items, policy, runtime=10.0)
+            self.assertEqual(ended.health, "healthy", n)
+        ended = yield self.run_counted("f3", 400.0, 100, policy, runtime=25.0, pages=4)
+        self.assertEqual(ended.health_reasons,
+                         ("pages 4 < min_pages 5", "runtime 25s > 2x median 10s over 3 runs"))
+
+    @defer.inlineCallbacks
+    def test_only_a_run_that_finished_has_a_health(self):
+        policy = {"min_items": 50}
+        failed = yield self.run_counted("bad", 10.0, 1, policy, outcome="failed")
+        self.assertEqual((failed.health, failed.health_reasons, failed.items), (None, (), 1))
+        yield self.store.add(JobRecord(id="waits", project="shop", spider="books",
+                                       spider_file="/p/x.py", policy=policy))
+        cancelled = yield self.store.cancel_pending("waits", 20.0)
+        self.assertEqual((cancelled.health, cancelled.items), (None, None))
+        first = yield self.run_counted("first", 30.0, 1, policy)
+        self.assertEqual((first.health, first.health_reasons),
+                         ("degraded", ("items 1 < min_items 50",)))
+
+    @defer.inlineCallbacks
+    def test_a_schedules_run_is_compared_with_its_schedules_runs_and_history_k(self):
+        drop = {"items_drop": 95, "history": 3}
+        for n, items in enumerate((1000, 1000, 1000, 100, 100, 100)):
+            ended = yield self.run_counted(f"s{n}", 100.0 * n, items, drop, schedule="Nightly")
+            self.assertEqual(ended.health, "healthy", n)
+        # The spider's own runs (another schedule, or none) are not its history.
+        for n in range(3):
+            yield self.run_counted(f"o{n}", 700.0 + n, 1, drop, schedule="other")
+        ended = yield self.run_counted("s6", 800.0, 1, drop, schedule="Nightly")
+        self.assertEqual(ended.health_reasons, ("items 1 < 5% of median 100 over 3 runs",))
+        # A job no schedule queued compares with every run of its spider.
+        ended = yield self.run_counted("alone", 900.0, 0, drop)
+        self.assertEqual(ended.health_reasons, ("items 0 < 5% of median 1 over 3 runs",))
+
+    @defer.inlineCallbacks
+    def test_runs_of_a_spider_and_of_a_schedule_newest_first_with_their_history(self):
+        for n in range(4):
+            yield self.run_counted(f"a{n}", 100.0 * n, 10 * (n + 1), {"min_items": 15},
+                                   schedule="Nightly" if n % 2 else None)
+        yield self.run_counted("broke", 500.0, 0, outcome="failed")
+        yield self.run_counted("news", 600.0, 5, spider="news")
+        runs, history = yield self.store.runs("SHOP", "books")
+        self.assertEqual(ids(runs), ["broke", "a3", "a2", "a1", "a0"])
+        self.assertEqual((runs[0].outcome, runs[0].health, runs[0].stats), ("failed", None, None))
+        self.assertEqual([(r.items, r.runtime) for r in history],
+                         [(40, 10.0), (30, 10.0), (20, 10.0)])
+        runs, history = yield self.store.runs("shop", "books", limit=2, history=3)
+        self.assertEqual((ids(runs), len(history)), (["broke", "a3"], 3))
+        runs, history = yield self.store.runs("shop", "books", schedule="Nightly")
+        self.assertEqual((ids(runs), [r.items for r in history]), (["a3", "a1"], [40, 20]))
+        self.assertEqual((yield self.store.runs("shop", "nothing")), ([], []))
+
     @defer.inlineCallbacks
     def test_the_version_moves_on_every_change_and_not_on_reads(self):
         seen = [self.store.version]
@@ -1063,7 +1163,7 @@ class JobStoreContract:
         return found
 
     # Methods that change no job and no schedule, and so tell nothing.
-    READS = ("get", "schedule_jobs", "running", "jobs", "counts", "tally", "next_retry",
+    READS = ("get", "schedule_jobs", "runs", "running", "jobs", "counts", "tally", "next_retry",
              "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 

@@ -283,3 +283,68 @@ class ReasonCodesTests(unittest.TestCase):
         waiting = yield store.get("waiting")
         self.assertEqual((waiting.state, waiting.reason, waiting.detail),
                          ("pending", None, None))
+
+
+# Runs that ended before health was judged: (id, outcome, stats) and the
+# (items, pages, errors, health) migration 9 gives them.
+OLD_RUNS = [
+    (("full", "finished", {"items": 40, "fetched": 12, "failed": 2, "callback_errors": 1}),
+     (40, 12, 3, "healthy")),
+    (("partial", "finished", {"items": 5}), (5, None, 0, "healthy")),
+    (("odd", "finished", {"items": "many", "fetched": 3.5}), (None, None, 0, "healthy")),
+    (("nostats", "finished", None), (None, None, None, "healthy")),
+    (("crashed", "failed", {"items": 1, "fetched": 2}), (1, 2, 0, None)),
+]
+
+
+def version_8_db(path, runs):
+    """A jobs.db of schema version 8 (before health) holding one finished
+    job per ``runs`` entry (id, outcome, stats) and a pending one."""
+    db = sqlite3.connect(path, isolation_level=None)
+    for migration in migrations.SQLITE_MIGRATIONS:
+        if migration.version <= 8:
+            for statement in migration.statements:
+                db.execute(statement)
+    db.execute("PRAGMA user_version = 8")
+    for jobid, outcome, stats in runs:
+        db.execute(
+            "INSERT INTO jobs (key, id, project, project_key, spider, spider_file, settings,"
+            " arguments, priority, state, outcome, exit_status, created, start_time, end_time,"
+            " stats) VALUES (?, ?, 'shop', 'shop', 'books', '/p/books.py', '[]', '[]', 0,"
+            " 'finished', ?, 0, 1.0, 1.5, 2.0, ?)",
+            (jobid, jobid, outcome, json.dumps(stats) if stats is not None else None))
+    db.execute("INSERT INTO jobs (key, id, project, project_key, spider, spider_file, settings,"
+               " arguments, priority, state, created) VALUES ('waiting', 'waiting', 'shop',"
+               " 'shop', 'books', '/p/books.py', '[]', '[]', 0, 'pending', 1.0)")
+    db.close()
+
+
+class RunHealthMigrationTests(unittest.TestCase):
+    @defer.inlineCallbacks
+    def test_migration_9_counts_old_runs_from_their_stats_and_calls_them_healthy(self):
+        path = os.path.abspath(self.mktemp())
+        version_8_db(path, [old for old, _ in OLD_RUNS])
+        store = SQLiteJobStore(path, Clock())
+        self.addCleanup(store.close)
+        for old, expected in OLD_RUNS:
+            found = yield store.get(old[0])
+            self.assertEqual((found.items, found.pages, found.errors, found.health), expected,
+                             old)
+            self.assertEqual(found.health_reasons, ())
+        waiting = yield store.get("waiting")
+        self.assertEqual((waiting.items, waiting.errors, waiting.health), (None, None, None))
+
+    def test_the_history_of_a_spider_and_of_a_schedule_is_read_by_an_index(self):
+        path = os.path.abspath(self.mktemp())
+        version_8_db(path, [])
+        SQLiteJobStore(path, Clock()).close()
+        from netweir_serve.store.job_table import _HISTORY, _OF_SCHEDULE, _OF_SPIDER
+        db = sqlite3.connect(path)
+        self.addCleanup(db.close)
+        for owner, index in ((_OF_SPIDER, "jobs_runs"), (_OF_SCHEDULE, "jobs_schedule_runs")):
+            query = _HISTORY.format(owner=owner).replace("%(", ":").replace(")s", "")
+            plan = " ".join(row[-1] for row in db.execute(
+                "EXPLAIN QUERY PLAN " + query,
+                {"project": "shop", "spider": "books", "schedule": "s", "seq": 0, "size": 5}))
+            self.assertIn(index, plan)
+            self.assertNotIn("TEMP B-TREE", plan)

@@ -352,6 +352,44 @@ class MigrationTests(StoreCase):
             found = yield store.get(old[0])
             self.assertEqual((found.reason, found.detail), expected, old)
 
+    @defer.inlineCallbacks
+    def test_migration_9_counts_old_runs_from_their_stats_and_calls_them_healthy(self):
+        import json
+        import psycopg
+        from netweir_serve.store import postgres
+        from netweir_serve.store.postgres_migrations import POSTGRES_MIGRATIONS
+        from .test_store_migration import OLD_RUNS
+        with psycopg.connect(postgres.conninfo_of(self.url), autocommit=True) as conn:
+            conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+            conn.execute("INSERT INTO schema_version (version) VALUES (8)")
+            for migration in POSTGRES_MIGRATIONS:
+                if migration.version <= 8:
+                    for statement in migration.statements:
+                        conn.execute(statement)
+            for (jobid, outcome, stats), _ in OLD_RUNS:
+                conn.execute(
+                    "INSERT INTO jobs (key, id, project, project_key, spider, spider_file,"
+                    " settings, arguments, priority, state, outcome, exit_status, created,"
+                    " start_time, end_time, stats) VALUES (%s, %s, 'shop', 'shop', 'books',"
+                    " '/p/books.py', '[]', '[]', 0, 'finished', %s, 0, 1.0, 1.5, 2.0, %s)",
+                    (jobid, jobid, outcome, json.dumps(stats) if stats is not None else None))
+            conn.execute(
+                "INSERT INTO jobs (key, id, project, project_key, spider, spider_file,"
+                " settings, arguments, priority, state, created) VALUES ('waiting', 'waiting',"
+                " 'shop', 'shop', 'books', '/p/books.py', '[]', '[]', 0, 'pending', 1.0)")
+        store = yield self.open()
+        for old, expected in OLD_RUNS:
+            found = yield store.get(old[0])
+            self.assertEqual((found.items, found.pages, found.errors, found.health), expected,
+                             old)
+            self.assertEqual(found.health_reasons, ())
+        waiting = yield store.get("waiting")
+        self.assertEqual((waiting.items, waiting.errors, waiting.health), (None, None, None))
+        indexes = {row[0] for row in self.sql(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+            " AND tablename = 'jobs'")}
+        self.assertLessEqual({"jobs_runs", "jobs_schedule_runs"}, indexes)
+
     def test_two_migrating_at_once_both_succeed_and_it_is_done_once(self):
         import psycopg
         from netweir_serve.store import postgres

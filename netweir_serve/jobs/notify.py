@@ -2,7 +2,9 @@
 
 The body is ``{"event": "job.ended", "node_name": ..., "text": ...,
 "job": ENTRY}``: ENTRY is the job's listjobs.json entry with its ``state``
-(finished), ``outcome`` and final ``stats``; ``text`` is one line for
+(finished), ``outcome``, ``health`` and ``health_reasons`` (run health:
+"degraded" and why, for a run that finished below its checks) and final
+``stats``; ``text`` is one line for
 people ("job first (example/books) failed after 0:01:02: 20 items, 29
 pages"), which is what a Slack incoming webhook posts, so one can be given
 to --notify as it is. When the end queued a retry, the body has a
@@ -32,6 +34,7 @@ from zope.interface import implementer
 
 from .events import ENDED
 from .replies import NOTICE_REPLY_LIMIT, read_capped
+from ..health.checks import DEGRADED
 from ..store.records import OUTCOMES
 
 RETRY_DELAYS = (1.0, 5.0, 25.0)
@@ -63,6 +66,8 @@ def summary(record):
         text += ": " + ", ".join(counts)
     if record.reason:
         text += f" ({record.reason})"
+    if record.health == DEGRADED:
+        text += f", degraded: {'; '.join(record.health_reasons)}"
     if record.retry is not None:
         text += f"; retry {record.retry.id} (attempt {record.retry.attempt}) queued"
     return text
@@ -138,7 +143,8 @@ class Notifier:
         return lambda: None
 
     def job_heard(self, kind, record):
-        if record.outcome not in self._outcomes and record.reason not in self._outcomes:
+        # A health is chosen as an outcome is (--notify-on degraded).
+        if not {record.outcome, record.reason, record.health} & self._outcomes:
             return
         body = self.body(record)
         for url in self._urls:

@@ -32,6 +32,14 @@ MIN_STALL = 2 * STATS_GRAIN
 DEFAULT_BACKOFF = 60
 MAX_BACKOFF = 3600
 
+# Run health's checks (health.checks): how many earlier runs a drop or
+# slower check compares with, by default and at most; at least 3 must be
+# there before such a check applies, so fewer would never judge.
+DEFAULT_HISTORY = 5
+MIN_HISTORY, MAX_HISTORY = 3, 100
+# A count a min_items or min_pages takes (more than any crawl writes).
+MAX_COUNT = 10 ** 15
+
 # What a retry may follow: outcomes and reasons. A user's cancel never.
 RETRYABLE = ("failed", "lost", "timeout", "stalled", "memory")
 DEFAULT_RETRY_ON = RETRYABLE
@@ -119,12 +127,59 @@ def parse_retry_on(key, text):
     return tuple(dict.fromkeys(names))
 
 
+def parse_count(key, text):
+    """A whole number, 0 or more: a run's least items or pages."""
+    if not isinstance(text, str) or not text.strip().isdigit() or int(text) > MAX_COUNT:
+        raise PolicyError(f"{key} {text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
+def _number(text):
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def parse_percent(key, text):
+    """A percentage, 0 to 100 (fractions taken: 12.5)."""
+    percent = _number(text)
+    if not math.isfinite(percent) or not 0 <= percent <= 100:
+        raise PolicyError(f"{key} {text!r} is not a percentage: give a number from 0 to 100")
+    return int(percent) if percent == int(percent) else percent
+
+
+def parse_factor(key, text):
+    """A factor above 1 (1.5: half as long again)."""
+    factor = _number(text)
+    if not math.isfinite(factor) or factor <= 1 or factor > 1000:
+        raise PolicyError(f"{key} {text!r} is not a factor: give a number above 1 (up to"
+                          " 1000), such as 1.5 or 3")
+    return int(factor) if factor == int(factor) else factor
+
+
+def parse_history(key, text):
+    """How many earlier runs the drop and slower checks compare with."""
+    if (not isinstance(text, str) or not text.strip().isdigit()
+            or not MIN_HISTORY <= int(text) <= MAX_HISTORY):
+        raise PolicyError(f"{key} {text!r} is not a number of runs from {MIN_HISTORY} to"
+                          f" {MAX_HISTORY} (a drop or slower check needs {MIN_HISTORY})")
+    return int(text)
+
+
 # Each key, how its text is read, and how it is shown back.
 _PARSERS = {
     "timeout": parse_duration, "stall": parse_stall, "expire": parse_duration,
     "retries": parse_retries, "retry_on": parse_retry_on, "backoff": parse_duration,
     "memory": parse_size, "cpu": parse_cpu,
+    "min_items": parse_count, "min_pages": parse_count, "items_drop": parse_percent,
+    "pages_drop": parse_percent, "max_errors": parse_percent, "slower": parse_factor,
+    "history": parse_history,
 }
+# The keys that judge a run once it has finished (health.checks), not how it runs.
+HEALTH_KEYS = ("min_items", "min_pages", "items_drop", "pages_drop", "max_errors", "slower",
+               "history")
 KEYS = tuple(_PARSERS)
 
 
@@ -155,6 +210,14 @@ class JobPolicy:
     backoff: int = None       # the first wait before a retry, doubling
     memory: int = None        # bytes the crawl's control group may use
     cpu: float = None         # cores the crawl's control group may use
+    # Run health (health.checks): a finished run is degraded below these.
+    min_items: int = None     # fewer items than this
+    min_pages: int = None     # fewer pages than this
+    items_drop: float = None  # items fell more than this % below the history's median
+    pages_drop: float = None  # pages fell more than this % below the history's median
+    max_errors: float = None  # errors over pages, in %, above this
+    slower: float = None      # runtime above this factor of the history's median
+    history: int = None       # how many earlier healthy runs (DEFAULT_HISTORY)
 
     @classmethod
     def parse(cls, texts, prefix=""):
@@ -187,7 +250,7 @@ class JobPolicy:
                 shown[key] = format_size(value)
             elif key == "retry_on":
                 shown[key] = ",".join(value)
-            elif key == "cpu":
+            elif key in ("cpu", "items_drop", "pages_drop", "max_errors", "slower"):
                 shown[key] = f"{value:g}"
             else:
                 shown[key] = value
@@ -206,6 +269,17 @@ class JobPolicy:
         if "retry_on" in values:
             values["retry_on"] = tuple(values["retry_on"])
         return cls(**values)
+
+    @property
+    def history_size(self):
+        """How many earlier runs the drop and slower checks compare with."""
+        return self.history if self.history is not None else DEFAULT_HISTORY
+
+    @property
+    def compares(self):
+        """Whether a check of this policy compares with earlier runs (a
+        drop or slower check): only then is the history read."""
+        return any(v is not None for v in (self.items_drop, self.pages_drop, self.slower))
 
     def backoff_wait(self, attempt, jitter):
         """Seconds to wait before attempt ``attempt`` + 1 (``attempt`` ended):

@@ -86,6 +86,13 @@ class IJobStore(Interface):
     def schedule_jobs(name):
         """(pending, running): how many jobs of schedule ``name`` wait or run."""
 
+    def runs(project, spider, schedule=None, limit=50, history=5):
+        """(runs, history) of a spider (``schedule`` None) or of schedule
+        ``schedule``: ``runs`` the records (no stats) of its last ``limit``
+        finished jobs, newest first (by end time); ``history`` the
+        health.checks.RunCounts of the last ``history`` healthy runs, the
+        ones its next run's drop and slower checks compare with."""
+
     def mark_started(jobid, pid, proc_start=None):
         """Records the pid of a claimed job's process, and its identity
         (``_proctree.start_time``). Fires with the record."""
@@ -103,7 +110,16 @@ class IJobStore(Interface):
         another node declared it lost while this one was cut off from the
         table), or is unknown, nothing changes, no notice is sent, and the
         Deferred fires with None. A caller told None must not announce the
-        end: it was announced where it was recorded."""
+        end: it was announced where it was recorded.
+
+        A run that ended ``finished`` is judged in the same transaction
+        (health.checks): the record carries its ``items``, ``pages``,
+        ``errors`` (from ``stats``), ``health`` ("healthy" or "degraded")
+        and ``health_reasons``, compared, when its policy has a drop or
+        slower check, with the last ``history`` healthy runs of its
+        schedule (or, for a job no schedule queued, of its project and
+        spider). Any other outcome has health None. Every way a job ends
+        (cancel_pending, recover, the cluster's) is judged so."""
 
     def cancel_pending(jobid, end_time, reason="cancel.json"):
         """Ends the job as cancelled (with ``reason``: a user's cancel, or

@@ -29,7 +29,9 @@ from .records import (
     CANCELLED_BY_USER, FINISHED, FINISHED_OUTCOME, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .retrying import retry_after
 from . import chain_firings
+from ..health.checks import RunCounts, judge
 from ..health.counts import counts_of
+from ..reliability.policy import JobPolicy
 from .runpolicy import first_that_may_run
 
 
@@ -71,6 +73,17 @@ _PRUNED = "(CAST(%(node)s AS TEXT) IS NULL OR node = %(node)s OR node IS NULL)"
 _FINISHED_PRUNED = f"state = %(finished)s AND {_PRUNED}"
 
 _BY_KEY = "key = %(key)s"
+
+# Whose runs a run is compared with: its schedule's, or (no schedule
+# queued it) its spider's. Each an index of migration 9 (jobs_runs,
+# jobs_schedule_runs) reads newest first.
+_OF_SCHEDULE = "schedule = %(schedule)s"
+_OF_SPIDER = "project_key = %(project)s AND spider = %(spider)s"
+_COUNTS = "items, pages, errors, end_time - start_time"
+# The last healthy runs of one owner, newest first. 'healthy' is written
+# out, not a parameter, so a plan made once for every value still knows it.
+_HISTORY = (f"SELECT {_COUNTS} FROM jobs WHERE {{owner}} AND health = 'healthy'"
+            " AND seq != %(seq)s ORDER BY end_time DESC, seq DESC LIMIT %(size)s")
 
 
 def _among(projects):
@@ -127,11 +140,19 @@ class JobTable:
 
     def _judged(self, tx, record):
         """``record`` (just ended) with its counts and health written: both
-        judged once, here, in the transaction of its end."""
+        judged once, here, in the transaction of its end (health.checks),
+        against the runs before it when a check of its policy compares."""
         items, pages, errors = counts_of(record.stats)
-        health = "healthy" if record.outcome == FINISHED_OUTCOME else None
+        health, reasons = None, ()
+        if record.outcome == FINISHED_OUTCOME:
+            policy = JobPolicy.from_json(record.policy)
+            runtime = (record.end_time - record.start_time
+                       if record.start_time is not None and record.end_time is not None
+                       else None)
+            history = self._history(tx, record, policy.history_size) if policy.compares else ()
+            health, reasons = judge(RunCounts(items, pages, errors, runtime), policy, history)
         judged = replace(record, items=items, pages=pages, errors=errors, health=health,
-                         health_reasons=())
+                         health_reasons=reasons)
         columns = {c.name: c for c in self._jobs.all}
         tx.one("UPDATE jobs SET items = %(items)s, pages = %(pages)s, errors = %(errors)s,"
                " health = %(health)s, health_reasons = %(reasons)s WHERE seq = %(seq)s"
@@ -140,6 +161,17 @@ class JobTable:
                 "reasons": columns["health_reasons"].to_db(judged.health_reasons),
                 "seq": record.seq})
         return judged
+
+    def _history(self, tx, record, size, seq=None):
+        """The RunCounts of the last ``size`` healthy runs ``record`` is
+        compared with (of its schedule, or of its spider), newest first;
+        not ``record`` itself."""
+        params = {"schedule": record.schedule, "project": fold(record.project),
+                  "spider": record.spider, "size": size,
+                  "seq": record.seq if seq is None else seq}
+        owner = _OF_SCHEDULE if record.schedule is not None else _OF_SPIDER
+        return [RunCounts(*row[:3], runtime=_real(row[3]))
+                for row in tx.all(_HISTORY.format(owner=owner), params)]
 
     def _jitter(self):
         """0 to 1, the part of a retry's 10 % jitter it gets (a test may
@@ -368,6 +400,21 @@ class JobTable:
             return found.get(PENDING, 0), found.get(RUNNING, 0)
 
         return self._read_statements(count)
+
+    def runs(self, project, spider, schedule=None, limit=50, history=5):
+        params = {"schedule": schedule, "project": fold(project), "spider": spider,
+                  "limit": int(limit), "finished": FINISHED}
+        owner = _OF_SCHEDULE if schedule is not None else _OF_SPIDER
+
+        def read(tx):
+            listed = [self._record(self._jobs.listed, row) for row in tx.all(
+                f"SELECT {SELECT_LISTED} FROM jobs WHERE {owner} AND state = %(finished)s"
+                " ORDER BY end_time DESC, seq DESC LIMIT %(limit)s", params)]
+            of = JobRecord(id="", project=project, spider=spider, spider_file="",
+                           schedule=schedule)
+            return listed, self._history(tx, of, int(history), seq=-1)
+
+        return self._read_statements(read)
 
     def jobs(self, project=None):
         where, params = [], {}

@@ -53,6 +53,14 @@ ERROR_STATS = ("failed", "callback_errors")
 # applied to them): they are the history the first checks compare with.
 HEALTH_OF_OLD_ENDS = "UPDATE jobs SET health = 'healthy' WHERE state = 'finished' AND outcome = 'finished'"
 
+# A spider's runs and a schedule's, newest first: the history a run's end
+# is judged against (in the end's transaction, so it must be quick) and
+# what runs.json lists. The same DDL on both backends.
+RUNS_INDEXES = (
+    "CREATE INDEX jobs_runs ON jobs (project_key, spider, end_time)",
+    "CREATE INDEX jobs_schedule_runs ON jobs (schedule, end_time)",
+)
+
 
 SQLITE_MIGRATIONS = (
     # The schema netweir-serve shipped with before versions were kept (a
@@ -159,6 +167,7 @@ SQLITE_MIGRATIONS = (
             f" THEN json_extract(stats, '$.{stat}') END, 0)" for stat in ERROR_STATS)
         + " WHERE state = 'finished' AND json_valid(stats)",
         HEALTH_OF_OLD_ENDS,
+        *RUNS_INDEXES,
     )),
 )
 

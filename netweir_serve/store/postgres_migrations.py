@@ -12,6 +12,7 @@ Append a migration, never edit one that has landed.
 
 from .migrations import (
     CHAIN_FIRINGS, COUNTED_STATS, ERROR_STATS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS,
+    RUNS_INDEXES,
     SQLITE_MIGRATIONS, Migration, NewerSchema)
 
 # The key of the session-level advisory lock held while migrating: two
@@ -153,6 +154,7 @@ POSTGRES_MIGRATIONS = (
             f" THEN CAST(stats::json->>'{stat}' AS bigint) END, 0)" for stat in ERROR_STATS)
         + " WHERE state = 'finished' AND stats IS NOT NULL",
         HEALTH_OF_OLD_ENDS,
+        *RUNS_INDEXES,
     )),
 )
 

@@ -14,6 +14,7 @@ from .endpoint import ApiEndpoint
 from .params import ApiError
 from .cache import VersionCache
 from .refusals import refused
+from .runs import Runs
 from .schedules import schedule_endpoints
 from .views import format_time, job_entry, stats_entry
 
@@ -323,6 +324,7 @@ def endpoints(api):
         b"cancel.json": Cancel(api),
         b"listjobs.json": ListJobs(api),
         b"jobstats.json": JobStats(api),
+        b"runs.json": Runs(api),
         b"status.json": Status(api),
         b"delproject.json": DelProject(api),
         b"addversion.json": NoDeploying(api),

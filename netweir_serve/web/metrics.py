@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
+from ..health.checks import DEGRADED
 from ..jobs.events import ENDED, QUEUED, STARTED
 from ..names import fold
 from ..watching.builds import ListingBuilds
@@ -118,6 +119,7 @@ class ServiceMetrics:
         self._version = None
         self.ended = defaultdict(int)            # (project, spider, outcome, reason)
         self.items = defaultdict(int)            # (project, spider)
+        self.degraded = defaultdict(int)         # (project, spider)
         self.requests = defaultdict(int)         # (project, spider, result)
         self.duration = Histogram()              # (project, spider)
         self.queue_wait = Histogram()            # (project,)
@@ -150,6 +152,8 @@ class ServiceMetrics:
             return
         key = (record.project, record.spider)
         self.ended[key + (record.outcome or "unknown", record.reason or "")] += 1
+        if record.health == DEGRADED:
+            self.degraded[key] += 1
         if record.start_time is not None and record.end_time is not None:
             self.duration.observe(key, max(0.0, record.end_time - record.start_time))
         stats = record.stats or {}
@@ -225,6 +229,11 @@ class ServiceMetrics:
         yield self._counter(f"{p}_jobs_ended", "Jobs ended since the service started, by"
                             " outcome and reason", ["project", "spider", "outcome", "reason"],
                             self.ended)
+        # A counter of its own rather than a label of jobs_ended: the
+        # series scrapers already keep stay as they were.
+        yield self._counter(f"{p}_jobs_degraded", "Jobs ended finished but degraded (below"
+                            " their run health checks) since the service started",
+                            ["project", "spider"], self.degraded)
         if self._deadlines is not None:
             yield self._counter(f"{p}_deadlines", "Deadlines that fired since the service"
                                 " started: jobs cancelled at their timeout or stall, pending"

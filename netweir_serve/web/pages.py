@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from .. import __version__
+from ..health.checks import DEGRADED
 from ..store.records import FINISHED, PENDING, RUNNING
 from .answer import write_error
 from .cache import VersionCache
@@ -87,6 +88,7 @@ ENDPOINTS = (
     ("listjobs.json", "GET", "project (optional)", True),
     ("status.json", "GET", "job, project (optional)", False),
     ("jobstats.json", "GET", "job", False),
+    ("runs.json", "GET", "project, spider, schedule (optional), limit (optional)", False),
     ("listversions.json", "GET", "project (always no versions)", False),
     ("schedule.json", "POST", "project, spider, setting, jobid, priority, spider arguments", False),
     ("cancel.json", "POST", "project, job, signal (optional)", False),
@@ -225,10 +227,14 @@ NODE_COLUMN = "Node"
 
 
 def ended_as(record):
-    """The Outcome cell of an ended job: its outcome, and why (its reason)."""
+    """The Outcome cell of an ended job: its outcome, and why (its reason);
+    for a run that finished below its checks, ``degraded`` and why."""
+    shown = record.outcome or ""
     if record.reason and record.outcome:
-        return f"{record.outcome} ({record.reason})"
-    return record.outcome or ""
+        shown = f"{record.outcome} ({record.reason})"
+    if record.health == DEGRADED:
+        shown += f" degraded: {'; '.join(record.health_reasons)}"
+    return shown
 
 
 def job_row(record, now, columns=COLUMNS, waits_for=None):

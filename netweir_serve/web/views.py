@@ -119,6 +119,10 @@ def _job_entry(record):
         entry["outcome"] = record.outcome
         entry["reason"] = record.reason
         entry["exit_status"] = record.exit_status
+        # Beside the outcome, which stays scrapyd's: how a run that
+        # finished did against its checks (health.checks); None otherwise.
+        entry["health"] = record.health
+        entry["health_reasons"] = list(record.health_reasons)
     return entry
 
 
@@ -133,6 +137,8 @@ def stats_entry(record, running_stats):
         "state": record.state,
         "outcome": record.outcome,
         "exit_status": record.exit_status,
+        "health": record.health,
+        "health_reasons": list(record.health_reasons),
         "stats": stats,
     }
 

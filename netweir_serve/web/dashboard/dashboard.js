@@ -273,7 +273,8 @@
       const items = number(entry.stats, "items");
       return `<td class="job">${jobCell(entry)}</td><td>${spiderCell(entry)}</td>` +
         `<td class="outcome ${esc(entry.outcome)}" title="${esc(entry.reason || "")}">${esc(entry.outcome)}` +
-        `${entry.reason ? ` <span class="reason">${esc(entry.reason)}</span>` : ""}</td>` +
+        `${entry.reason ? ` <span class="reason">${esc(entry.reason)}</span>` : ""}` +
+        `${entry.health === "degraded" ? ` <span class="degraded" title="${esc((entry.health_reasons || []).join("; "))}">(degraded)</span>` : ""}</td>` +
         `${timeCell(end)}<td>${start !== null && end !== null ? clock(end - start) : ""}</td>` +
         `<td class="items">${esc(items ?? "")}</td><td>${chartOrWhyNot(entry.id, 120, 24)}</td>`;
     },

@@ -1,0 +1,85 @@
+"""health/checks.py: a finished run judged against its checks and the
+runs before it (pure: counts in, health and reasons out)."""
+
+from twisted.trial import unittest
+
+from netweir_serve.health.checks import DEGRADED, HEALTHY, RunCounts, judge, medians_of
+from netweir_serve.reliability.policy import JobPolicy
+
+
+def runs(*items, pages=100, runtime=60.0):
+    return [RunCounts(items=n, pages=pages, errors=0, runtime=runtime) for n in items]
+
+
+class JudgeTests(unittest.TestCase):
+    def test_no_check_is_healthy(self):
+        self.assertEqual(judge(RunCounts(items=0, pages=0, errors=9), JobPolicy()),
+                         (HEALTHY, ()))
+
+    def test_min_items_and_pages_on_a_first_run(self):
+        policy = JobPolicy(min_items=50, min_pages=10)
+        self.assertEqual(judge(RunCounts(items=40, pages=3, errors=0), policy),
+                         (DEGRADED, ("items 40 < min_items 50", "pages 3 < min_pages 10")))
+        self.assertEqual(judge(RunCounts(items=50, pages=10, errors=0), policy), (HEALTHY, ()))
+
+    def test_a_run_without_an_items_stat_has_no_items(self):
+        self.assertEqual(judge(RunCounts(), JobPolicy(min_items=1)),
+                         (DEGRADED, ("items 0 < min_items 1",)))
+
+    def test_a_drop_below_the_median_names_it(self):
+        history = runs(4000, 3900, 4100, 4000, 4200)
+        policy = JobPolicy(items_drop=50)
+        self.assertEqual(judge(RunCounts(items=40, pages=100, errors=0), policy, history),
+                         (DEGRADED, ("items 40 < 50% of median 4000 over 5 runs",)))
+        # Exactly half the median fell by 50 %, not more.
+        self.assertEqual(judge(RunCounts(items=2000, pages=100), policy, history), (HEALTHY, ()))
+        self.assertEqual(judge(RunCounts(items=1999, pages=100), policy, history)[0], DEGRADED)
+
+    def test_pages_drop_and_fractions(self):
+        history = runs(1, 1, 1, pages=200)
+        self.assertEqual(
+            judge(RunCounts(items=1, pages=100), JobPolicy(pages_drop=12.5), history),
+            (DEGRADED, ("pages 100 < 87.5% of median 200 over 3 runs",)))
+
+    def test_no_drop_check_before_three_runs(self):
+        policy = JobPolicy(items_drop=10, slower=2)
+        self.assertEqual(judge(RunCounts(items=0, runtime=1000.0), policy, runs(100, 100)),
+                         (HEALTHY, ()))
+        # Runs whose stats lacked the count are not among the three.
+        history = runs(100, 100) + [RunCounts(items=None, runtime=60.0)]
+        self.assertEqual(judge(RunCounts(items=0, runtime=10.0), policy, history),
+                         (HEALTHY, ()))
+        self.assertEqual(judge(RunCounts(items=0, runtime=200.0), policy, history),
+                         (DEGRADED, ("runtime 200s > 2x median 60s over 3 runs",)))
+
+    def test_max_errors_over_pages(self):
+        policy = JobPolicy(max_errors=10)
+        self.assertEqual(judge(RunCounts(pages=200, errors=20), policy), (HEALTHY, ()))
+        self.assertEqual(judge(RunCounts(pages=200, errors=30), policy),
+                         (DEGRADED, ("errors 30 = 15% of pages 200 > max_errors 10%",)))
+        self.assertEqual(judge(RunCounts(pages=0, errors=3), policy),
+                         (DEGRADED, ("errors 3 with no pages > max_errors 10%",)))
+        self.assertEqual(judge(RunCounts(pages=0, errors=0), policy), (HEALTHY, ()))
+        # No stats at all: nothing to judge errors by.
+        self.assertEqual(judge(RunCounts(), policy), (HEALTHY, ()))
+
+    def test_slower_than_the_median_runtime(self):
+        history = runs(1, 1, 1, 1, runtime=10.0) + runs(1, runtime=50.0)
+        policy = JobPolicy(slower=1.5)
+        self.assertEqual(judge(RunCounts(runtime=15.0), policy, history), (HEALTHY, ()))
+        self.assertEqual(judge(RunCounts(runtime=15.5), policy, history),
+                         (DEGRADED, ("runtime 15.5s > 1.5x median 10s over 5 runs",)))
+        # A run that never started has no runtime to compare.
+        self.assertEqual(judge(RunCounts(), policy, history), (HEALTHY, ()))
+
+    def test_every_failed_check_is_a_reason_in_order(self):
+        policy = JobPolicy(min_items=10, items_drop=50, max_errors=1, slower=2)
+        health, reasons = judge(RunCounts(items=5, pages=10, errors=5, runtime=500.0), policy,
+                                runs(100, 100, 100))
+        self.assertEqual(health, DEGRADED)
+        self.assertEqual([r.split()[0] for r in reasons], ["items", "items", "errors", "runtime"])
+
+    def test_medians_for_runs_json(self):
+        self.assertEqual(medians_of(runs(1, 2, 30, 4, pages=7, runtime=2.5)),
+                         {"items": 3.0, "pages": 7, "runtime": 2.5})
+        self.assertEqual(medians_of(runs(1, 2)), {"items": None, "pages": None, "runtime": None})
