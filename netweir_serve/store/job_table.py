@@ -28,6 +28,7 @@ from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
 from .records import (
     CANCELLED_BY_USER, FINISHED, FINISHED_OUTCOME, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .retrying import retry_after
+from . import schedule_streaks
 from ..health.counts import counts_of
 from .runpolicy import first_that_may_run
 
@@ -118,7 +119,9 @@ class JobTable:
         tx.changed(ENDED, record.id, record.node)
         retry = retry_after(record, self._jitter())
         if retry is None:
-            return record
+            # Its final attempt: counted in its schedule's streak of bad runs.
+            return schedule_streaks.counted(tx, record, self._schedule_columns,
+                                            self._schedule)
         added = tx.one(_ADD_RETRY, self._inserted(retry))
         if added is None:
             return record
@@ -368,6 +371,11 @@ class JobTable:
             return found.get(PENDING, 0), found.get(RUNNING, 0)
 
         return self._read_statements(count)
+
+    def unfinished_schedule_jobs(self, name):
+        return self._read_statements(lambda tx: [row[0] for row in tx.all(
+            "SELECT id FROM jobs WHERE schedule = %(name)s AND state != %(finished)s"
+            " ORDER BY seq", {"name": name, "finished": FINISHED})])
 
     def jobs(self, project=None):
         where, params = [], {}

@@ -123,3 +123,6 @@ class JobRecord:
     # the other ways a job ends), the retry that end queued in the same
     # transaction (a pending JobRecord), or None.
     retry: object = field(default=None, compare=False, repr=False)
+    # Not a column: on the record of a final end, the ScheduleRecord that
+    # end paused (its pause_after reached: store.schedule_streaks), or None.
+    paused_schedule: object = field(default=None, compare=False, repr=False)
