@@ -1,6 +1,8 @@
-"""The recurring schedules' endpoints: add, list, delete, pause, resume."""
+"""The recurring schedules' endpoints: add, edit, list, delete, pause,
+resume, run now and backfill."""
 
 from ..reliability.policy import KEYS as POLICY_KEYS
+from ..schedules.times import iso_time
 from ..schedules.timetable import ScheduleRequest
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -11,7 +13,13 @@ from .views import schedule_entry
 # argument of a schedule cannot take one of these names.
 # The policy keys (timeout, retries, memory...) are the schedule's jobs' policy.
 ADDSCHEDULE_PARAMETERS = ("project", "spider", "setting", "priority", "cron", "every", "tz",
-                          "name", "overlap", "misfire", "jobid", "_version") + POLICY_KEYS
+                          "name", "overlap", "misfire", "jobid", "_version", "jitter",
+                          "pause_after") + POLICY_KEYS
+# editschedule.json's: addschedule.json's (``spider`` is refused: a
+# schedule of another spider is another schedule).
+EDITSCHEDULE_PARAMETERS = ADDSCHEDULE_PARAMETERS
+# The longest note pauseschedule.json takes.
+MAX_NOTE = 500
 
 
 class AddSchedule(ApiEndpoint):
@@ -32,16 +40,108 @@ class AddSchedule(ApiEndpoint):
             overlap=params.get("overlap"),
             misfire=params.get("misfire"),
             settings=tuple(params.settings()),
-            arguments=tuple((k, v) for k, v in params.pairs if k not in ADDSCHEDULE_PARAMETERS
-                            and not (k.startswith("_") and k[1:] in POLICY_KEYS)),
+            arguments=_arguments(params, ADDSCHEDULE_PARAMETERS),
             priority=params.priority(),
             policy=_policy(params),
+            jitter=params.get("jitter"),
+            pause_after=params.get("pause_after"),
         )
         added = self.api.timetable.add(wanted)
         return added.addCallbacks(self._entry, refused)
 
     def _entry(self, record):
         return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+def _arguments(params, taken):
+    """The spider arguments: every parameter the endpoint does not take."""
+    return tuple((k, v) for k, v in params.pairs if k not in taken
+                 and not (k.startswith("_") and k[1:] in POLICY_KEYS))
+
+
+class EditSchedule(ApiEndpoint):
+    """editschedule.json: ``project``, ``name`` and the parameters to change,
+    as addschedule.json takes them; the others stay (schedules.edits)."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        if params.get("spider") is not None:
+            raise ApiError(400, "parameter 'spider' cannot be edited: a schedule of another"
+                                " spider is another schedule (delschedule.json, then"
+                                " addschedule.json)")
+        if params.get("jobid") is not None:
+            raise ApiError(400, "editschedule.json takes no jobid: a schedule's jobs are"
+                                " named NAME-YYYYMMDDTHHMMSSZ after their due time")
+        given = {key: params.get(key) for key in ("cron", "every", "tz", "overlap", "misfire",
+                                                  "jitter", "pause_after")
+                 if params.get(key) is not None}
+        if params.all("setting"):
+            given["settings"] = tuple(params.settings())
+        arguments = _arguments(params, EDITSCHEDULE_PARAMETERS)
+        if arguments:
+            given["arguments"] = arguments
+        if params.get("priority") is not None:
+            given["priority"] = params.priority()
+        policy = _policy(params)
+        if policy.as_dict():
+            given["policy"] = policy
+        if not given:
+            raise ApiError(400, "editschedule.json: give at least one parameter to change"
+                                " (cron, every, tz, overlap, misfire, setting, priority,"
+                                " jitter, pause_after, a policy key or spider arguments)")
+        edited = self.api.timetable.edit(project, name, given)
+        return edited.addCallbacks(self._entry, refused)
+
+    def _entry(self, record):
+        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+class RunSchedule(ApiEndpoint):
+    """runschedule.json: ``project``, ``name``: one job now, as a firing."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        ran = self.api.timetable.run_now(project, name)
+        return ran.addCallbacks(self._answer, refused)
+
+    def _answer(self, result):
+        record, jobid, changes = result
+        if changes.get("error"):
+            raise ApiError(400, f"schedule {record.name!r} queued no job: {changes['error']}")
+        answer = {"jobid": jobid, "queued": bool(changes.get("runs_added"))}
+        if changes.get("skipped_added"):
+            answer["why"] = f"skipped: a job of the schedule waits or runs (overlap {record.overlap})"
+        elif not answer["queued"]:
+            answer["why"] = f"a job named {jobid!r} exists already (one a second)"
+        answer["schedule"] = schedule_entry(record, self.api.timetable.zone_of(record))
+        return answer
+
+
+class BackfillSchedule(ApiEndpoint):
+    """backfillschedule.json: ``project``, ``name``, ``from``, ``to``."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        for key in ("from", "to"):
+            if not params.get(key):
+                raise ApiError(400, f"parameter {key!r} is missing: give an ISO 8601 time")
+        filled = self.api.timetable.backfill(project, name, params.get("from"), params.get("to"))
+        return filled.addCallbacks(self._answer, refused)
+
+    def _answer(self, result):
+        record, queued, already = result
+        zone = self.api.timetable.zone_of(record)
+        return {"queued": queued, "already": [iso_time(due, zone) for due in already],
+                "schedule": schedule_entry(record, zone)}
 
 
 def _policy(params):
@@ -66,8 +166,26 @@ class ListSchedules(ApiEndpoint):
         return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
 
 
+class PauseSchedule(ApiEndpoint):
+    """pauseschedule.json: ``project``, ``name`` and an optional ``note``."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        note = params.get("note") or None
+        if note is not None and len(note) > MAX_NOTE:
+            raise ApiError(400, f"parameter 'note' is longer than {MAX_NOTE} characters")
+        paused = self.api.timetable.pause(project, name, note=note)
+        return paused.addCallbacks(self._entry, refused)
+
+    def _entry(self, record):
+        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
 class ScheduleAction(ApiEndpoint):
-    """delschedule.json, pauseschedule.json, resumeschedule.json: ``project``
+    """delschedule.json, resumeschedule.json: ``project``
     and ``name``, as cancel.json takes ``project`` and ``job``."""
 
     methods = (b"POST",)
@@ -92,6 +210,9 @@ def schedule_endpoints(api):
         b"addschedule.json": AddSchedule(api),
         b"listschedules.json": ListSchedules(api),
         b"delschedule.json": ScheduleAction(api, "delete"),
-        b"pauseschedule.json": ScheduleAction(api, "pause"),
+        b"pauseschedule.json": PauseSchedule(api),
         b"resumeschedule.json": ScheduleAction(api, "resume"),
+        b"editschedule.json": EditSchedule(api),
+        b"runschedule.json": RunSchedule(api),
+        b"backfillschedule.json": BackfillSchedule(api),
     }
