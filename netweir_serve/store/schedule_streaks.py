@@ -73,7 +73,8 @@ def counted(tx, record, columns, schedule_of):
     paused = tx.one(
         "UPDATE schedules SET paused = %(yes)s, note = %(note)s WHERE key = %(key)s"
         f" AND NOT paused RETURNING {SCHEDULE_SELECT}",
-        {**key, "yes": {c.name: c for c in columns}["paused"].to_db(True), "note": pause_note(streak, record)})
+        {**key, "yes": {c.name: c for c in columns}["paused"].to_db(True),
+         "note": pause_note(streak, record)})
     if paused is None:
         return record
     return replace(record, paused_schedule=schedule_of(paused))

@@ -95,7 +95,7 @@ ENDPOINTS = (
     ("editschedule.json", "POST", "project, name, any of addschedule.json's but spider", False),
     ("runschedule.json", "POST", "project, name", False),
     ("backfillschedule.json", "POST", "project, name, from, to", False),
-    ("listschedules.json", "GET", "project (optional)", True),
+    ("listschedules.json", "GET", "project, name (optional)", True),
     ("pauseschedule.json", "POST", "project, name, note (optional)", False),
     ("resumeschedule.json", "POST", "project, name", False),
     ("delschedule.json", "POST", "project, name", False),

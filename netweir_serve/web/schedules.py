@@ -1,6 +1,7 @@
 """The recurring schedules' endpoints: add, edit, list, delete, pause,
 resume, run now and backfill."""
 
+from ..names import fold
 from ..reliability.policy import KEYS as POLICY_KEYS
 from ..schedules.times import iso_time
 from ..schedules.timetable import ScheduleRequest
@@ -116,7 +117,8 @@ class RunSchedule(ApiEndpoint):
             raise ApiError(400, f"schedule {record.name!r} queued no job: {changes['error']}")
         answer = {"jobid": jobid, "queued": bool(changes.get("runs_added"))}
         if changes.get("skipped_added"):
-            answer["why"] = f"skipped: a job of the schedule waits or runs (overlap {record.overlap})"
+            answer["why"] = ("skipped: a job of the schedule waits or runs"
+                             f" (overlap {record.overlap})")
         elif not answer["queued"]:
             answer["why"] = f"a job named {jobid!r} exists already (one a second)"
         answer["schedule"] = schedule_entry(record, self.api.timetable.zone_of(record))
@@ -156,13 +158,19 @@ def _policy(params):
 
 
 class ListSchedules(ApiEndpoint):
+    """listschedules.json: every schedule, or a project's (``project``), or
+    one by ``name`` (any case; an empty list when there is none)."""
+
     def answer(self, params, request):
         project = params.name("project", required=False)
+        name = params.name("name", "schedule name", required=False)
         listed = self.api.timetable.schedules(project)
-        return listed.addCallbacks(self._entries, refused)
+        return listed.addCallbacks(self._entries, refused, callbackArgs=(name,))
 
-    def _entries(self, records):
+    def _entries(self, records, name):
         zone_of = self.api.timetable.zone_of
+        if name is not None:
+            records = [r for r in records if fold(r.name) == fold(name)]
         return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
 
 
