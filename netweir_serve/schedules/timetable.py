@@ -436,10 +436,9 @@ class Timetable:
         return changes
 
     def _may_queue(self, record, current):
-        if current:
-            return self._current(record) is not None
-        held = self._schedules.get(fold(record.name))
-        return held is not None and held.seq == record.seq
+        # A run asked by name (now, a backfill) read the schedule from the
+        # table as it was asked: this node may not have heard of it yet.
+        return not current or self._current(record) is not None
 
     @defer.inlineCallbacks
     def _cancel_others(self, record, jobid, kill):
@@ -598,7 +597,6 @@ class Timetable:
         self.log.info("schedule {name} resumed", name=record.name)
         return updated
 
-
     @defer.inlineCallbacks
     def edit(self, project, name, given):
         """Changes the parameters ``given`` ({name: value}, edits.EDITABLE;
@@ -671,9 +669,11 @@ class Timetable:
         if end <= start:
             raise ScheduleRefused(f"parameter 'to': {end_text!r} is not later than 'from'"
                                   f" {start_text!r} (the range is [from, to))")
-        rule = self._rules.get(fold(record.name))
-        if rule is None:
-            raise ScheduleRefused(f"schedule {record.name!r} has no due times to backfill")
+        try:
+            rule = rule_of_record(record)
+        except times.RuleError as e:
+            raise ScheduleRefused(f"schedule {record.name!r} has no due times to backfill:"
+                                  f" {e}") from None
         dues = times.dues_between(rule, record.anchor, start, end, MAX_BACKFILL)
         if len(dues) > MAX_BACKFILL:
             raise ScheduleRefused(

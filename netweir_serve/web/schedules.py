@@ -23,7 +23,15 @@ EDITSCHEDULE_PARAMETERS = ADDSCHEDULE_PARAMETERS
 MAX_NOTE = 500
 
 
-class AddSchedule(ApiEndpoint):
+class _ScheduleEndpoint(ApiEndpoint):
+    """An endpoint that answers with one schedule (listschedules.json's
+    entry, its times in its zone)."""
+
+    def _entry(self, record):
+        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+class AddSchedule(_ScheduleEndpoint):
     methods = (b"POST",)
 
     def answer(self, params, request):
@@ -50,9 +58,6 @@ class AddSchedule(ApiEndpoint):
         added = self.api.timetable.add(wanted)
         return added.addCallbacks(self._entry, refused)
 
-    def _entry(self, record):
-        return schedule_entry(record, self.api.timetable.zone_of(record))
-
 
 def _arguments(params, taken):
     """The spider arguments: every parameter the endpoint does not take."""
@@ -60,7 +65,7 @@ def _arguments(params, taken):
                  and not (k.startswith("_") and k[1:] in POLICY_KEYS))
 
 
-class EditSchedule(ApiEndpoint):
+class EditSchedule(_ScheduleEndpoint):
     """editschedule.json: ``project``, ``name`` and the parameters to change,
     as addschedule.json takes them; the others stay (schedules.edits)."""
 
@@ -96,11 +101,8 @@ class EditSchedule(ApiEndpoint):
         edited = self.api.timetable.edit(project, name, given)
         return edited.addCallbacks(self._entry, refused)
 
-    def _entry(self, record):
-        return schedule_entry(record, self.api.timetable.zone_of(record))
 
-
-class RunSchedule(ApiEndpoint):
+class RunSchedule(_ScheduleEndpoint):
     """runschedule.json: ``project``, ``name``: one job now, as a firing."""
 
     methods = (b"POST",)
@@ -121,11 +123,11 @@ class RunSchedule(ApiEndpoint):
                              f" (overlap {record.overlap})")
         elif not answer["queued"]:
             answer["why"] = f"a job named {jobid!r} exists already (one a second)"
-        answer["schedule"] = schedule_entry(record, self.api.timetable.zone_of(record))
+        answer["schedule"] = self._entry(record)
         return answer
 
 
-class BackfillSchedule(ApiEndpoint):
+class BackfillSchedule(_ScheduleEndpoint):
     """backfillschedule.json: ``project``, ``name``, ``from``, ``to``."""
 
     methods = (b"POST",)
@@ -174,7 +176,7 @@ class ListSchedules(ApiEndpoint):
         return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
 
 
-class PauseSchedule(ApiEndpoint):
+class PauseSchedule(_ScheduleEndpoint):
     """pauseschedule.json: ``project``, ``name`` and an optional ``note``."""
 
     methods = (b"POST",)
@@ -188,11 +190,8 @@ class PauseSchedule(ApiEndpoint):
         paused = self.api.timetable.pause(project, name, note=note)
         return paused.addCallbacks(self._entry, refused)
 
-    def _entry(self, record):
-        return schedule_entry(record, self.api.timetable.zone_of(record))
 
-
-class ScheduleAction(ApiEndpoint):
+class ScheduleAction(_ScheduleEndpoint):
     """delschedule.json, resumeschedule.json: ``project``
     and ``name``, as cancel.json takes ``project`` and ``job``."""
 
@@ -207,9 +206,6 @@ class ScheduleAction(ApiEndpoint):
         name = params.name("name", "schedule name")
         done = getattr(self.api.timetable, self.action)(project, name)
         return done.addCallbacks(self._entry, refused)
-
-    def _entry(self, record):
-        return schedule_entry(record, self.api.timetable.zone_of(record))
 
 
 def schedule_endpoints(api):
