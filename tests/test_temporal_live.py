@@ -18,7 +18,7 @@ from twisted.trial import unittest
 from . import pg
 from .processes import Daemon, shared_site, wait_until
 from .spiders import write_project
-from .test_cluster import kill_beneath
+from .test_cluster import ClusterTestCase, kill_beneath
 from .test_notify import Receiver
 from .test_schedules_live import epoch, listed, local_epoch
 
@@ -238,3 +238,29 @@ class PostgresTemporalTests(TemporalLive, unittest.TestCase):
 
     def table_args(self):
         return ("--jobs-db", self.jobs_db)
+
+
+class ClusterTemporalTests(ClusterTestCase):
+    def test_terminate_other_kills_a_job_running_on_another_node_through_the_table(self):
+        nodes = {name: self.node(name, 1) for name in ("n0", "n1")}
+        status, answer = nodes["n0"].post("addschedule.json", {
+            "project": "shop", "spider": "slow", "every": "1h", "name": "hold",
+            "overlap": "terminate_other", "delay": "0.2"})
+        self.assertEqual(answer["status"], "ok", answer)
+        status, first = nodes["n0"].post("runschedule.json", {"project": "shop",
+                                                              "name": "hold"})
+        self.assertTrue(first["queued"], first)
+        where = self.running_on(nodes["n0"], first["jobid"])
+        elsewhere = nodes["n1" if where == "n0" else "n0"]
+        time.sleep(1.1)  # ids are to the second
+        # Asked of the node the job does not run on: the kill goes through
+        # the table, as a cancel.json there would.
+        status, second = elsewhere.post("runschedule.json", {"project": "shop",
+                                                             "name": "hold"})
+        self.assertTrue(second["queued"], second)
+        ended = elsewhere.wait_state(first["jobid"], "finished", timeout=30)
+        self.assertEqual((ended["outcome"], ended["node"]), ("cancelled", where))
+        started = elsewhere.wait_state(second["jobid"], "running", timeout=30)
+        self.assertGreaterEqual(local_epoch(started["start_time"]),
+                                local_epoch(ended["end_time"]))
+        elsewhere.post("cancel.json", {"project": "shop", "job": second["jobid"]})
