@@ -54,6 +54,9 @@ FIELD_PARSERS = {
     "policy": _policy,
 }
 EDITABLE = RULE_KEYS + tuple(FIELD_PARSERS)
+# The editable parameters taken as their text, as the request gives them
+# (the others the web layer reads as addschedule.json reads them).
+TEXT_PARAMETERS = RULE_KEYS + ("overlap", "misfire", "jitter", "pause_after")
 
 
 def rule_changes(record, given, now, rule_of_record):

@@ -34,6 +34,7 @@ from datetime import datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
 from ..names import fold
+from ..reliability.policy import PolicyError, parse_duration
 
 # fractions (with decimal and numbers) and cronsim are imported by the
 # functions that use them, not here: the daemon imports this module at
@@ -118,20 +119,15 @@ MAX_JITTER = 86400
 
 def parse_jitter(text):
     """The whole seconds (an int, 0 to a day) of a ``jitter`` duration,
-    written as ``every`` is (``90``, ``30s``, ``15m``, ``2h``, ``1d``)."""
-    match = _DURATION.match(text.strip()) if isinstance(text, str) else None
-    if match is None:
-        raise RuleError(f"jitter {text!r} is not a duration: give seconds (90) or a number"
-                        " with s, m, h or d (90s, 15m, 2h)")
-    from fractions import Fraction  # see the top
-
-    number, unit = match.groups()
-    seconds = Fraction(number) * _UNITS[unit]
+    written as a policy's durations are (``90``, ``30s``, ``15m``, ``2h``,
+    ``1d``)."""
+    try:
+        seconds = parse_duration("jitter", text, least=0)
+    except PolicyError as e:
+        raise RuleError(e.message) from None
     if seconds > MAX_JITTER:
         raise RuleError(f"jitter {text!r} is too long: the most is 1d")
-    if seconds.denominator != 1:
-        raise RuleError(f"jitter {text!r} is not a whole number of seconds")
-    return int(seconds)
+    return seconds
 
 
 def jitter_offset(name, jitter):

@@ -3,6 +3,7 @@ resume, run now and backfill."""
 
 from ..names import fold
 from ..reliability.policy import KEYS as POLICY_KEYS
+from ..schedules.edits import TEXT_PARAMETERS
 from ..schedules.times import iso_time
 from ..schedules.timetable import ScheduleRequest
 from .endpoint import ApiEndpoint
@@ -81,8 +82,7 @@ class EditSchedule(_ScheduleEndpoint):
         if params.get("jobid") is not None:
             raise ApiError(400, "editschedule.json takes no jobid: a schedule's jobs are"
                                 " named NAME-YYYYMMDDTHHMMSSZ after their due time")
-        given = {key: params.get(key) for key in ("cron", "every", "tz", "overlap", "misfire",
-                                                  "jitter", "pause_after")
+        given = {key: params.get(key) for key in TEXT_PARAMETERS
                  if params.get(key) is not None}
         if params.all("setting"):
             given["settings"] = tuple(params.settings())
