@@ -243,6 +243,15 @@ class RunNowTests(unittest.TestCase):
         # Its firing's job is still counted once, not mistaken for the run.
         self.assertIsNone(rig.schedule("n").last_job)
 
+    def test_a_refused_run_says_why_and_writes_nothing(self):
+        rig = Rig(self, start=1000.5)
+        rig.start()
+        before = rig.add(name="n", every="1h")
+        rig.submitter.refuse = "spider 'books' is gone"
+        record, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "n"))
+        self.assertEqual(changes, {"error": "spider 'books' is gone"})
+        self.assertEqual((rig.schedule("n"), rig.jobs()), (before, []))
+
 
 class BackfillTests(unittest.TestCase):
     def test_a_backfill_repeated_adds_each_due_time_once(self):

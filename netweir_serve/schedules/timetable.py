@@ -634,12 +634,17 @@ class Timetable:
         overlap applies), named after the current time
         (``NAME-YYYYMMDDTHHMMSSZ``); a paused schedule runs too (asked by
         name). Fires with ``(record, jobid, changes)``: the job's id and
-        what happened (``runs_added``, ``skipped_added``, ``error``)."""
+        what happened (``runs_added``, ``skipped_added``, or ``error``: why
+        no job could be queued, with nothing written)."""
         record = yield self._own(project, name)
         jobid = times.job_id_for(record.name, self._wall.seconds())
         if (yield self._store.get(jobid)) is not None:
             return record, jobid, {}
         changes = yield self.queue_job(record, jobid, overlap=None, current=False)
+        if changes.get("error"):
+            # Refused (the spider is gone, say): the caller hears why, and
+            # the schedule's own error stays its firings'.
+            return record, jobid, changes
         # Not its last_job: that is its last firing's (a restart counts a
         # firing's job by it).
         changes.pop("last_job", None)
