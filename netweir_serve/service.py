@@ -415,8 +415,11 @@ def _hear_pauses(events, timetable):
     """A job's end that paused its schedule (pause_after, written by the
     store in the end's transaction) stops the schedule's timer here; other
     nodes hear the schedule's change as any other (a SCHEDULE notice)."""
-    events.subscribe(lambda kind, record: record.paused_schedule is not None
-                     and timetable.heard_paused(record.paused_schedule), kinds=(ENDED,))
+    def ended(kind, record):
+        if record.paused_schedule is not None:
+            timetable.heard_paused(record.paused_schedule)
+
+    events.subscribe(ended, kinds=(ENDED,))
 
 
 def _hear_deadlines(events, deadlines):
