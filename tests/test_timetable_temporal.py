@@ -300,6 +300,23 @@ class PauseNoteTests(unittest.TestCase):
                          (False, None, 0))
 
 
+class PauseAfterTests(unittest.TestCase):
+    def test_a_pause_its_jobs_end_made_stops_the_timer_and_is_announced(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="f", every="1m", pause_after="1")
+        rig.clock.advance(60)
+        [job] = rig.jobs()
+        ended = self.successResultOf(rig.store.mark_finished(job.id, "failed", 61.0))
+        self.assertTrue(ended.paused_schedule.paused)
+        self.assertEqual(rig.timetable.next_wake(), 60.0 * 2)
+        rig.timetable.heard_paused(ended.paused_schedule)
+        self.assertIsNone(rig.timetable.next_wake())
+        self.assertEqual(rig.changes[-1], ended.paused_schedule)
+        rig.clock.advance(600)
+        self.assertEqual(len(rig.jobs()), 1)
+
+
 class CatchUpTests(unittest.TestCase):
     def test_a_run_made_up_for_at_start_is_counted(self):
         path = os.path.join(self.mktemp() + ".db")
