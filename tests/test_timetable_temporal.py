@@ -227,6 +227,63 @@ class EditTests(unittest.TestCase):
         self.failureResultOf(rig.timetable.edit("other", "r", {"every": "1h"}), UnknownSchedule)
 
 
+class ChainEditTests(unittest.TestCase):
+    """editschedule.json takes a chain's after and on as addschedule.json
+    does: a chain's ends changed, a schedule made a chain, a chain given
+    times; its upstream checked, a loop refused, nothing stored then."""
+
+    def setUp(self):
+        from .test_chains import ChainRig
+        self.rig = ChainRig(self, os.path.abspath(self.mktemp()))
+        self.rig.start()
+
+    def edit(self, name, given):
+        return self.successResultOf(self.rig.timetable.edit("shop", name, given))
+
+    def refused(self, name, given):
+        return self.failureResultOf(self.rig.timetable.edit("shop", name, given),
+                                    ScheduleRefused).value.message
+
+    def test_a_chain_is_edited_made_and_unmade_keeping_its_counts(self):
+        rig = self.rig
+        rig.add(name="nightly", spider="books", cron="0 2 * * *")
+        rig.add(name="detail", spider="details", after="books")
+        edited = self.edit("detail", {"on": ("failed,degraded",)})
+        self.assertEqual((edited.kind, edited.rule, edited.chain_on), (
+            "after", "books", ("degraded", "failed")))
+        edited = self.edit("detail", {"after": "schedule:NIGHTLY"})
+        self.assertEqual((edited.rule, edited.chain_on, edited.next_due),
+                         ("schedule:nightly", ("degraded", "failed"), None))
+        # Given times: a chain no more, fired by its times from now.
+        edited = self.edit("detail", {"every": "1h"})
+        self.assertEqual((edited.kind, edited.rule, edited.chain_on, edited.next_due),
+                         ("every", "1h", (), rig.clock.seconds() + HOUR))
+        # And a clock schedule made a chain: no due time, the default ends.
+        edited = self.edit("detail", {"after": "books"})
+        self.assertEqual((edited.kind, edited.chain_on, edited.next_due),
+                         ("after", ("healthy",), None))
+        self.assertEqual(rig.timetable.next_wake(), rig.schedule("nightly").next_due)
+
+    def test_bad_chain_edits_name_the_parameter_and_store_nothing(self):
+        rig = self.rig
+        rig.add(name="nightly", spider="books", cron="0 2 * * *")
+        rig.add(name="detail", spider="details", after="books")
+        rig.add(name="more", spider="authors", after="details")
+        before = [rig.schedule(n) for n in ("nightly", "detail", "more")]
+        cases = [
+            ("detail", {"after": "nosuch"}, "parameter 'after': no spider 'nosuch'"),
+            ("detail", {"after": "schedule:nosuch"}, "no schedule 'nosuch'"),
+            ("detail", {"after": "authors"}, "would make a loop"),
+            ("detail", {"on": ("sometimes",)}, "parameter 'on': 'sometimes'"),
+            ("detail", {"after": "books", "cron": "0 3 * * *"}, "parameter 'cron'"),
+            ("detail", {"arguments": (("upstream_job", "x"),)}, "upstream_job"),
+            ("nightly", {"on": ("failed",)}, "parameter 'on' is for a chain"),
+        ]
+        for name, given, message in cases:
+            self.assertIn(message, self.refused(name, given), given)
+        self.assertEqual([rig.schedule(n) for n in ("nightly", "detail", "more")], before)
+
+
 class RunNowTests(unittest.TestCase):
     def test_a_run_now_is_named_after_now_and_its_overlap_applies(self):
         rig = Rig(self, start=1000.5)

@@ -13,12 +13,16 @@ others stay.
 import math
 
 from ..reliability.policy import JobPolicy
-from . import times
+from ..store.chain_firings import CHAIN_KIND
+from . import chains, times
 
 # pause_after's largest value: more is a typo (and a streak that long is
 # a schedule nobody watches).
 MAX_PAUSE_AFTER = 1000
 RULE_KEYS = ("cron", "every", "tz")
+# A chain's: its upstream (checked, and named as stored, by the timetable)
+# and the ends it fires on.
+CHAIN_KEYS = ("after", "on")
 
 
 def parse_pause_after(text):
@@ -53,7 +57,7 @@ FIELD_PARSERS = {
     "priority": lambda record, value: {"priority": float(value)},
     "policy": _policy,
 }
-EDITABLE = RULE_KEYS + tuple(FIELD_PARSERS)
+EDITABLE = RULE_KEYS + CHAIN_KEYS + tuple(FIELD_PARSERS)
 # The editable parameters taken as their text, as the request gives them
 # (the others the web layer reads as addschedule.json reads them).
 TEXT_PARAMETERS = RULE_KEYS + ("overlap", "misfire", "jitter", "pause_after")
@@ -85,6 +89,37 @@ def rule_changes(record, given, now, rule_of_record):
     return changes
 
 
+def chain_changes(record, given):
+    """The columns ``after`` and ``on`` in ``given`` set: a schedule made a
+    chain (``after``, its upstream as given: the timetable checks it and
+    names it as stored), or a chain's ends changed. A schedule made a chain
+    has no due times; ``on`` alone is for a chain. A RuleError names what
+    is wrong."""
+    clock = [key for key in ("cron", "every", "misfire") if given.get(key) is not None]
+    if given.get("after") is not None and clock:
+        raise times.RuleError(f"parameter {clock[0]!r}: a chain (after=) runs when its"
+                              " upstream's jobs end, not at times: give one of them")
+    changes = {}
+    is_chain = record.kind == CHAIN_KIND and not clock
+    if given.get("after") is not None:
+        if not given["after"]:
+            raise times.RuleError("parameter 'after' is empty")
+        changes.update(kind=CHAIN_KIND, rule=given["after"], next_due=None)
+        is_chain = True
+    if given.get("on") is not None:
+        if not is_chain:
+            raise times.RuleError("parameter 'on' is for a chain: give it with after=")
+        try:
+            changes["chain_on"] = chains.parse_on(given["on"])
+        except chains.ChainError as e:
+            raise times.RuleError(str(e)) from None
+    elif is_chain and record.kind != CHAIN_KIND:
+        changes["chain_on"] = chains.DEFAULT_ON
+    if not is_chain and record.kind == CHAIN_KIND:
+        changes["chain_on"] = ()  # a chain given times: no longer one
+    return changes
+
+
 def edit_changes(record, given, now, rule_of_record):
     """{column: value} that the parameters ``given`` ({name: value}, only
     those given) set on ``record``, the next due time among them. A
@@ -96,6 +131,17 @@ def edit_changes(record, given, now, rule_of_record):
     for key, value in given.items():
         if key in FIELD_PARSERS:
             changes.update(FIELD_PARSERS[key](record, value))
+    chained = chain_changes(record, given)
+    if chained.get("kind") == CHAIN_KIND or (
+            record.kind == CHAIN_KIND
+            and not any(given.get(k) is not None for k in ("cron", "every"))):
+        # A chain stays one, or becomes one: no due times to compute (a
+        # tz given only says the zone its times are shown in).
+        if given.get("tz") is not None:
+            changes["tz"] = times.parse_zone(given["tz"])[0]
+        changes.update(chained)
+        return changes
+    changes.update(chained)
     if record.kind in ("cron", "every") or any(given.get(k) is not None for k in RULE_KEYS):
         changes.update(rule_changes(record, given, now, rule_of_record))
     return changes

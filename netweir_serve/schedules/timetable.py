@@ -702,9 +702,20 @@ class Timetable:
         except times.RuleError as e:
             raise ScheduleRefused(str(e)) from None
         edited = replace(record, **changes)
+        if edited.kind == chains.CHAIN_KIND and chains.UPSTREAM_ARGUMENT in dict(
+                edited.arguments):
+            raise ScheduleRefused(
+                f"parameter {chains.UPSTREAM_ARGUMENT!r}: a chain's jobs get it, set to the"
+                " upstream job's id; it cannot be one of the schedule's own arguments")
         checked = yield self._submitter.check(JobRequest(
             project=record.project, spider=record.spider, settings=edited.settings,
             arguments=edited.arguments, priority=edited.priority))
+        if given.get("after") is not None:
+            # Checked and named as add names it, a loop refused.
+            rule = yield self._chain_rule(_ChainRule(text=given["after"], zone_name=edited.tz),
+                                          record.project, record.name, record.spider,
+                                          given["after"])
+            changes["rule"] = rule.text
         self._submitter.policy_of(record.project, checked.spider,
                                   JobPolicy.from_json(edited.policy))
         updated = yield self._store.update_schedule(record.name, seq=record.seq, **changes)

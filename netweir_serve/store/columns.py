@@ -100,7 +100,7 @@ SCHEDULE_FIELDS = (
 SCHEDULE_SETTABLE = ("paused", "next_due", "last_due", "last_job", "error", "note",
                      "kind", "rule", "tz", "anchor", "overlap", "misfire", "settings",
                      "arguments", "priority", "policy", "jitter", "pause_after",
-                     "failed_in_row")
+                     "failed_in_row", "chain_on")
 SCHEDULE_COUNTS = ("skipped", "buffered", "caught_up")
 
 # How each backend stores each kind: (to_db, from_db). Pairs and JSON

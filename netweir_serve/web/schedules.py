@@ -87,6 +87,11 @@ class EditSchedule(_ScheduleEndpoint):
                                 " named NAME-YYYYMMDDTHHMMSSZ after their due time")
         given = {key: params.get(key) for key in TEXT_PARAMETERS
                  if params.get(key) is not None}
+        if params.get("after") is not None:
+            given["after"] = params.get("after")
+        if params.all("on"):
+            # Repeated, comma-separated, or both (schedules.chains.parse_on).
+            given["on"] = tuple(params.all("on"))
         if params.all("setting"):
             given["settings"] = tuple(params.settings())
         arguments = _arguments(params, EDITSCHEDULE_PARAMETERS)
@@ -99,8 +104,9 @@ class EditSchedule(_ScheduleEndpoint):
             given["policy"] = policy
         if not given:
             raise ApiError(400, "editschedule.json: give at least one parameter to change"
-                                " (cron, every, tz, overlap, misfire, setting, priority,"
-                                " jitter, pause_after, a policy key or spider arguments)")
+                                " (cron, every, after, on, tz, overlap, misfire, setting,"
+                                " priority, jitter, pause_after, a policy key or spider"
+                                " arguments)")
         edited = self.api.timetable.edit(project, name, given)
         return edited.addCallbacks(self._entry, refused)
 
