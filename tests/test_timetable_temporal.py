@@ -3,6 +3,7 @@ policies buffer_all, cancel_other and terminate_other, edits, runs asked
 now, backfills, pauses with a note, and the counts of each."""
 
 import os
+from types import SimpleNamespace
 
 from twisted.internet import defer
 from twisted.trial import unittest
@@ -282,6 +283,48 @@ class ChainEditTests(unittest.TestCase):
         for name, given, message in cases:
             self.assertIn(message, self.refused(name, given), given)
         self.assertEqual([rig.schedule(n) for n in ("nightly", "detail", "more")], before)
+
+
+class RacingNodeTests(unittest.TestCase):
+    """Two nodes making the same firing (a chain's row every node's sweep
+    reads, a run asked of each): the other node queues the job between this
+    one's look for it and its overlap check."""
+
+    def racing(self, overlap):
+        rig = CancellingRig(self, start=0.0)
+        rig.start()
+        record = rig.add(name="r", every="1h", overlap=overlap)
+        store, looks = rig.store, []
+        real_get = store.get
+
+        def get(jobid):
+            looks.append(jobid)
+            if len(looks) == 1:
+                # This node's first look finds nothing; the other node's
+                # job lands right after it.
+                found = real_get(jobid)
+                rig.submitter._add(SimpleNamespace(
+                    jobid=jobid, project="shop", spider="books", settings=(), arguments=(),
+                    priority=0.0, schedule="r", schedule_locks=()))
+                return found
+            return real_get(jobid)
+
+        self.patch(store, "get", get)
+        changes = self.successResultOf(rig.timetable.queue_job(record, "r-raced"))
+        return rig, changes
+
+    def test_the_job_seen_waiting_is_this_one_counted_once_not_skipped(self):
+        for overlap in ("skip", "buffer_one"):
+            rig, changes = self.racing(overlap)
+            self.assertEqual(changes, {"runs_added": 1, "last_job": "r-raced", "error": None},
+                             overlap)
+            self.assertEqual(rig.job_ids(), ["r-raced"])
+
+    def test_cancel_other_does_not_cancel_the_job_it_is_making(self):
+        for overlap in ("cancel_other", "terminate_other"):
+            rig, changes = self.racing(overlap)
+            self.assertEqual(rig.cancels, [], overlap)
+            self.assertEqual([r.state for r in rig.jobs()], ["pending"])
 
 
 class RunNowTests(unittest.TestCase):

@@ -434,15 +434,14 @@ class Timetable:
         does. With ``current`` (a firing's), nothing is queued once the
         schedule is paused or deleted meanwhile; a run asked by name (now,
         a backfill) is queued while it exists."""
-        existing = yield self._store.get(jobid)
-        if existing is not None:
-            # Queued before a restart (or by another node): not again, and
-            # counted once.
-            if record.last_job == jobid:
-                return {}
-            return {"runs_added": 1, "last_job": jobid, "error": None}
+        if (yield self._store.get(jobid)) is not None:
+            return self._queued_before(record, jobid)
         pending, running = yield self._store.schedule_jobs(record.name)
         plan = plan_for(overlap or record.overlap, pending, running)
+        if plan.skip and (yield self._store.get(jobid)) is not None:
+            # The job seen waiting is this very one, queued meanwhile by
+            # another node making the same firing: counted, not a skip.
+            return self._queued_before(record, jobid)
         if plan.skip:
             self.log.info("schedule {name}: skipped the run {jobid}, its last job is"
                           " still {state}", name=record.name, jobid=jobid,
@@ -474,6 +473,14 @@ class Timetable:
             changes["buffered_added"] = 1
         return changes
 
+    @staticmethod
+    def _queued_before(record, jobid):
+        # Queued before a restart (or by another node): not again, and
+        # counted once.
+        if record.last_job == jobid:
+            return {}
+        return {"runs_added": 1, "last_job": jobid, "error": None}
+
     def _may_queue(self, record, current):
         # A run asked by name (now, a backfill) read the schedule from the
         # table as it was asked: this node may not have heard of it yet.
@@ -486,6 +493,8 @@ class Timetable:
         on another node is asked through the table (IScheduler.cancel). A
         cancel that fails is logged: the new job still waits for the lock."""
         for other in (yield self._store.unfinished_schedule_jobs(record.name)):
+            if fold(other) == fold(jobid):
+                continue  # the new job itself, queued meanwhile by another node
             try:
                 was = yield self._cancel(other, now=kill)
             except Exception:
