@@ -232,6 +232,35 @@ class IScheduleStore(Interface):
         the firing was gone (or the schedule is)."""
 
 
+class ITokenStore(Interface):
+    """The service's tokens (a token_records.TokenRecord each), beside the
+    jobs, so every node of a cluster shares them. Names compare ignoring
+    case; every method returns a Deferred. Only hashes are kept, never a
+    secret. A change (add, revoke, rotate) is announced to the other nodes
+    (a TOKEN notice) in its transaction."""
+
+    def add_token(record):
+        """The TokenRecord added; fails with DuplicateToken for a name taken."""
+
+    def tokens():
+        """Every TokenRecord, in the order of their folded names."""
+
+    def get_token(name):
+        """The TokenRecord named ``name``, or None."""
+
+    def revoke_token(name):
+        """Deletes the token; the TokenRecord it was, or None if there was none."""
+
+    def rotate_token(name, new_hash, previous_until):
+        """Gives the token ``new_hash``; its hash until now stays valid
+        until ``previous_until`` (epoch seconds; None: not at all). The new
+        TokenRecord, or None if there is no such token."""
+
+    def tokens_used(used):
+        """Records ``{name: time}`` as the tokens' ``last_used``, never
+        moving one back. Tokens that do not exist are skipped."""
+
+
 class IClusterStore(Interface):
     """The nodes sharing one job table (the PostgreSQL backend), and what
     the others need of a node's running jobs. Times are the database's

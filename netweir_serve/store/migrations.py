@@ -43,6 +43,23 @@ CHAIN_FIRINGS = """CREATE TABLE chain_firings (
     PRIMARY KEY (schedule_key, upstream)
 )"""
 
+# Migration 10: the service's tokens (access.tokens), one row each, in the
+# job table so that every node of a cluster knows the same ones. Never a
+# secret: its salted hash (and, while a rotation's grace lasts, the one
+# before it). ``projects`` a JSON list of names ([] for every project).
+TOKENS = """CREATE TABLE tokens (
+    key TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    projects TEXT NOT NULL,
+    created REAL NOT NULL,
+    last_used REAL,
+    expires REAL,
+    hash TEXT NOT NULL,
+    previous_hash TEXT,
+    previous_until REAL
+)"""
+
 # The counts a run's health is judged by (a column each) and the stat of
 # the crawl's each is read from; ``errors`` adds two stats (health.counts).
 COUNTED_STATS = (("items", "items"), ("pages", "fetched"))
@@ -169,6 +186,7 @@ SQLITE_MIGRATIONS = (
         HEALTH_OF_OLD_ENDS,
         *RUNS_INDEXES,
     )),
+    Migration(10, "tokens and their roles", (TOKENS,)),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

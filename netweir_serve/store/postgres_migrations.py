@@ -12,7 +12,7 @@ Append a migration, never edit one that has landed.
 
 from .migrations import (
     CHAIN_FIRINGS, COUNTED_STATS, ERROR_STATS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS,
-    RUNS_INDEXES,
+    RUNS_INDEXES, TOKENS,
     SQLITE_MIGRATIONS, Migration, NewerSchema)
 
 # The key of the session-level advisory lock held while migrating: two
@@ -156,6 +156,7 @@ POSTGRES_MIGRATIONS = (
         HEALTH_OF_OLD_ENDS,
         *RUNS_INDEXES,
     )),
+    _as_sqlite(10, (TOKENS.replace("REAL", "double precision"),)),
 )
 
 POSTGRES_LATEST = POSTGRES_MIGRATIONS[-1].version

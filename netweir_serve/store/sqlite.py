@@ -27,12 +27,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from .interfaces import IJobStore, IScheduleStore
+from .interfaces import IJobStore, IScheduleStore, ITokenStore
 from .records import FINISHED, PENDING, RUNNING, StoreError
 from .columns import SCHEDULE_FIELDS, SQLITE_KINDS, columns_of
 from .job_table import SELECT_LISTED, JobColumns, JobTable, where_all
 from .migrations import migrate_sqlite
 from .schedule_table import ScheduleTable
+from .token_table import TokenTable
 from .sqlite_runner import Inline
 
 log = Logger()
@@ -152,8 +153,8 @@ class _Locked(Exception):
         self.error = error
 
 
-@implementer(IJobStore, IScheduleStore)
-class SQLiteJobStore(JobTable, ScheduleTable):
+@implementer(IJobStore, IScheduleStore, ITokenStore)
+class SQLiteJobStore(JobTable, ScheduleTable, TokenTable):
     """IJobStore on the SQLite file ``path`` (or ``:memory:`` for tests).
 
     ``clock`` (IReactorTime) times the retries of locked writes; ``runner``
