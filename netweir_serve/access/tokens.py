@@ -1,0 +1,256 @@
+"""Tokens: their secrets, the salted hashes kept of them, and checking a
+secret a request gives, with a KDF at most once a minute per secret.
+
+A secret is ``NAME.RANDOM`` (43 characters of URL-safe base64 from
+``secrets``): its name says which token to check it against, so a Bearer
+secret alone finds its token, and a basic auth pair (name, secret) is
+checked the same way. The job table keeps ``scrypt$N$r$p$SALT$HASH`` (hex),
+never the secret.
+
+``TokenBook`` keeps the table's tokens in memory, read again at most a
+second after the last read when asked (another process's ``token revoke``
+on an SQLite table is seen within a second) and at once when another node
+says a token changed (a TOKEN notice on PostgreSQL). ``TokenChecker`` is
+the twisted.cred checker of token credentials.
+"""
+
+import hashlib
+import hmac
+import secrets
+from collections import OrderedDict
+
+from twisted.cred import error as cred_error
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import IUsernamePassword
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import Interface, implementer
+
+from ..names import fold
+from ..store.notices import CHANGED, TOKEN
+from .roles import Identity
+
+log = Logger()
+
+# scrypt's cost: 16 MB and about 50 ms a check; once per secret per minute.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 14, 8, 1
+SALT_BYTES = 16
+SECRET_BYTES = 32
+
+# How long a secret's verified hash is trusted without the KDF again.
+VERIFIED_FOR = 60.0
+# How long the tokens read from the table are trusted without reading again.
+READ_FOR = 1.0
+# At most one last_used write per token in this long.
+USE_RECORDED_EVERY = 60.0
+# Checks remembered at most (the oldest forgotten first): wrong secrets
+# sent by the thousand cost memory no more than this.
+MAX_REMEMBERED = 4096
+
+
+def new_secret(name):
+    """A new secret for the token ``name``."""
+    return f"{name}.{secrets.token_urlsafe(SECRET_BYTES)}"
+
+
+def token_name_of(secret):
+    """The token name a secret starts with, or None if it has none."""
+    name, dot, rest = secret.rpartition(".")
+    return name if dot and name and rest else None
+
+
+def hash_secret(secret, salt=None):
+    """The salted hash the job table keeps of ``secret`` (a string)."""
+    salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
+    digest = hashlib.scrypt(secret.encode("utf-8"), salt=salt, n=SCRYPT_N, r=SCRYPT_R,
+                            p=SCRYPT_P)
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${salt.hex()}${digest.hex()}"
+
+
+def secret_matches(secret, stored):
+    """Whether ``secret`` is the one ``stored`` (hash_secret's) was made of.
+    Runs the KDF: slow on purpose."""
+    try:
+        kind, n, r, p, salt, digest = stored.split("$")
+        if kind != "scrypt":
+            return False
+        given = hashlib.scrypt(secret.encode("utf-8"), salt=bytes.fromhex(salt), n=int(n),
+                               r=int(r), p=int(p))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(given, bytes.fromhex(digest))
+
+
+class IBearerSecret(Interface):
+    """Credentials of ``Authorization: Bearer SECRET``: ``secret`` (bytes)."""
+
+
+@implementer(IBearerSecret)
+class BearerSecret:
+    def __init__(self, secret):
+        self.secret = secret
+
+    def __repr__(self):
+        return "BearerSecret(***)"
+
+
+class TokenBook:
+    """The tokens of ``store`` (an ITokenStore) in memory, for checking.
+
+    ``clock`` (IReactorTime) times the reads; ``wall`` (its ``seconds()``
+    epoch time) says what has expired and when a token was last used."""
+
+    def __init__(self, store, clock, wall):
+        self._store = store
+        self._clock = clock
+        self._wall = wall
+        self._tokens = None          # {folded name: TokenRecord} once read
+        self._read_at = None
+        self._waiting = []           # Deferreds of the read under way
+        self._recorded = {}          # {folded name: clock time of the last write}
+        on_notice = getattr(store, "on_notice", None)
+        if on_notice is not None:
+            on_notice(self._heard)
+
+    def _heard(self, notice):
+        if notice.kind in (TOKEN, CHANGED):
+            self._read_at = None
+
+    def current(self):
+        """A Deferred of {folded name: TokenRecord}, read again if the last
+        read is a second old (or a notice said a token changed). A read
+        that fails keeps the last tokens read (logged), or fails if none."""
+        now = self._clock.seconds()
+        if self._tokens is not None and self._read_at is not None \
+                and now - self._read_at < READ_FOR:
+            return defer.succeed(self._tokens)
+        d = defer.Deferred()
+        self._waiting.append(d)
+        if len(self._waiting) == 1:
+            self._store.tokens().addBoth(self._read, now)
+        return d
+
+    def _read(self, result, started):
+        if isinstance(result, Failure):
+            if self._tokens is None:
+                log.failure("the tokens could not be read", result)
+            else:
+                log.failure("the tokens could not be read again; the last read stands", result)
+                result = self._tokens
+        else:
+            result = self._tokens = {fold(t.name): t for t in result}
+            self._read_at = started
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            # (Each waiter gets a Failure of its own: one handled by one
+            # request is not another's.)
+            d.callback(result) if not isinstance(result, Failure) else d.errback(
+                Failure(result.value, result.type, result.getTracebackObject()))
+
+    def hashes_of(self, record):
+        """The hashes a secret of ``record``'s token may match now: none
+        once it has expired; its previous one too while a rotation's grace
+        lasts."""
+        now = self._wall.seconds()
+        if record.expires is not None and record.expires <= now:
+            return []
+        hashes = [record.hash]
+        if record.previous_hash is not None and record.previous_until is not None \
+                and record.previous_until > now:
+            hashes.append(record.previous_hash)
+        return hashes
+
+    def used(self, record):
+        """Notes a use of ``record``'s token: written at most once a
+        USE_RECORDED_EVERY per token (a failure to write is logged)."""
+        key = fold(record.name)
+        now = self._clock.seconds()
+        last = self._recorded.get(key)
+        if last is not None and now - last < USE_RECORDED_EVERY:
+            return
+        self._recorded[key] = now
+        self._store.tokens_used({record.name: self._wall.seconds()}).addErrback(
+            lambda f: log.failure("the use of token {name} could not be recorded", f,
+                                  name=record.name))
+
+
+@implementer(ICredentialsChecker)
+class TokenChecker:
+    """Lets in the holder of a live token's secret, given as a Bearer
+    secret or as basic auth (the token's name, its secret); the avatar id
+    is the token's roles.Identity.
+
+    ``kdf_aside(function, *args)`` runs the KDF and gives a Deferred of
+    its result (a thread in the service: 50 ms each is not for the
+    reactor's thread); at once if not given. ``clock`` times how long a
+    check is remembered: by a key the secret cannot be read back from
+    (an HMAC under a key of this process's own), with the hash it was
+    checked against, so a rotation or a revocation is never missed."""
+
+    credentialInterfaces = (IBearerSecret, IUsernamePassword)
+
+    def __init__(self, book, clock, kdf_aside=None):
+        self._book = book
+        self._clock = clock
+        self._kdf_aside = kdf_aside or (lambda f, *args: defer.maybeDeferred(f, *args))
+        self._key = secrets.token_bytes(32)
+        self._checked = OrderedDict()    # {(secret's HMAC, hash): (matched, clock time)}
+
+    def requestAvatarId(self, credentials):
+        if IBearerSecret.providedBy(credentials):
+            secret, name = credentials.secret, None
+        else:
+            secret, name = credentials.password, credentials.username
+        try:
+            secret = secret.decode("utf-8")
+            name = token_name_of(secret) if name is None else name.decode("utf-8")
+        except UnicodeDecodeError:
+            return defer.fail(cred_error.UnauthorizedLogin())
+        if name is None or token_name_of(secret) is None \
+                or fold(token_name_of(secret)) != fold(name):
+            return defer.fail(cred_error.UnauthorizedLogin())
+        return self._book.current().addCallback(self._check, fold(name), secret)
+
+    def _check(self, tokens, key, secret):
+        record = tokens.get(key)
+        hashes = [] if record is None else self._book.hashes_of(record)
+        if not hashes:
+            raise cred_error.UnauthorizedLogin()
+        d = self._matches(secret, hashes)
+
+        def checked(matched):
+            if not matched:
+                raise cred_error.UnauthorizedLogin()
+            self._book.used(record)
+            return Identity.of(record.name, record.role, record.projects)
+
+        return d.addCallback(checked)
+
+    @defer.inlineCallbacks
+    def _matches(self, secret, hashes):
+        mark = hmac.new(self._key, secret.encode("utf-8"), hashlib.sha256).digest()
+        for stored in hashes:
+            matched = self._remembered(mark, stored)
+            if matched is None:
+                matched = yield self._kdf_aside(secret_matches, secret, stored)
+                self._remember(mark, stored, matched)
+            if matched:
+                return True
+        return False
+
+    def _remembered(self, mark, stored):
+        found = self._checked.get((mark, stored))
+        if found is None:
+            return None
+        matched, at = found
+        if self._clock.seconds() - at >= VERIFIED_FOR:
+            del self._checked[(mark, stored)]
+            return None
+        return matched
+
+    def _remember(self, mark, stored, matched):
+        self._checked[(mark, stored)] = (matched, self._clock.seconds())
+        self._checked.move_to_end((mark, stored))
+        while len(self._checked) > MAX_REMEMBERED:
+            self._checked.popitem(last=False)

@@ -1,0 +1,162 @@
+"""access.tokens: secrets, their hashes, and checking them (unit tests on a
+Clock and an SQLite table answering at once)."""
+
+import os
+
+from twisted.cred import error as cred_error
+from twisted.cred.credentials import UsernamePassword
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+
+from netweir_serve.access import tokens
+from netweir_serve.access.roles import ADMIN, OPERATOR, VIEWER, Identity, role_problem
+from netweir_serve.access.tokens import (
+    BearerSecret, TokenBook, TokenChecker, hash_secret, new_secret, secret_matches)
+from netweir_serve.store.sqlite import SQLiteJobStore
+from netweir_serve.store.token_records import TokenRecord
+
+
+class CountingStore:
+    """An SQLite store that counts its reads of the tokens."""
+
+    def __init__(self, store):
+        self.store = store
+        self.reads = 0
+
+    def tokens(self):
+        self.reads += 1
+        return self.store.tokens()
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+class SecretTests(unittest.TestCase):
+    def test_a_secret_names_its_token_and_matches_only_its_hash(self):
+        secret = new_secret("ci.shop")
+        self.assertTrue(secret.startswith("ci.shop."))
+        self.assertEqual(tokens.token_name_of(secret), "ci.shop")
+        stored = hash_secret(secret)
+        self.assertNotIn(secret.rpartition(".")[2], stored)
+        self.assertTrue(secret_matches(secret, stored))
+        self.assertFalse(secret_matches(secret + "x", stored))
+        # Salted: the same secret hashes differently each time.
+        self.assertNotEqual(hash_secret(secret), stored)
+        self.assertFalse(secret_matches(secret, "garbage"))
+
+    def test_roles_and_their_projects(self):
+        self.assertIsNone(role_problem(VIEWER, ["shop"]))
+        self.assertIn("needs at least one --project", role_problem(OPERATOR, []))
+        self.assertIn("every project", role_problem(ADMIN, ["shop"]))
+        self.assertIn("not a role", role_problem("boss", []))
+        viewer = Identity.of("ci", VIEWER, ["Shop"])
+        self.assertTrue(viewer.sees("SHOP"))
+        self.assertFalse(viewer.sees("news"))
+        self.assertTrue(Identity.of("root", ADMIN).sees("news"))
+
+
+class CheckerTests(unittest.TestCase):
+    def setUp(self):
+        self.clock = Clock()
+        self.clock.advance(1000)
+        self.wall = Clock()
+        self.wall.advance(1_700_000_000)
+        self.table = SQLiteJobStore(os.path.abspath(self.mktemp()), self.clock)
+        self.addCleanup(self.table.close)
+        self.store = CountingStore(self.table)
+        self.kdf_runs = []
+        self.book = TokenBook(self.store, self.clock, self.wall)
+        self.checker = TokenChecker(self.book, self.clock, kdf_aside=self.kdf)
+
+    def kdf(self, function, *args):
+        self.kdf_runs.append(args[1])
+        return defer.maybeDeferred(function, *args)
+
+    def add(self, name="ci", role=VIEWER, projects=("shop",), **fields):
+        secret = new_secret(name)
+        self.successResultOf(self.table.add_token(TokenRecord(
+            name=name, role=role, projects=projects, created=self.wall.seconds(),
+            hash=hash_secret(secret), **fields)))
+        return secret
+
+    def login(self, credentials):
+        return self.checker.requestAvatarId(credentials)
+
+    def test_a_bearer_secret_or_basic_auth_gives_the_tokens_identity(self):
+        secret = self.add()
+        self.assertEqual(self.successResultOf(self.login(BearerSecret(secret.encode()))),
+                         Identity.of("ci", VIEWER, ["shop"]))
+        self.assertEqual(self.successResultOf(self.login(
+            UsernamePassword(b"CI", secret.encode()))), Identity.of("ci", VIEWER, ["shop"]))
+        self.failureResultOf(self.login(UsernamePassword(b"other", secret.encode())),
+                             cred_error.UnauthorizedLogin)
+        self.failureResultOf(self.login(BearerSecret(secret.encode() + b"x")),
+                             cred_error.UnauthorizedLogin)
+        self.failureResultOf(self.login(BearerSecret(b"no-dot")), cred_error.UnauthorizedLogin)
+
+    def test_one_kdf_per_secret_per_minute_right_or_wrong(self):
+        secret = self.add()
+        for _ in range(5):
+            self.successResultOf(self.login(BearerSecret(secret.encode())))
+            self.failureResultOf(self.login(BearerSecret(b"ci.wrong")))
+        self.assertEqual(len(self.kdf_runs), 2)
+        self.clock.advance(tokens.VERIFIED_FOR)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.assertEqual(len(self.kdf_runs), 3)
+        # Remembered by a key the secret cannot be read from.
+        self.assertNotIn(secret, repr(self.checker._checked))
+
+    def test_the_tokens_are_read_again_a_second_later_so_a_revocation_takes_effect(self):
+        secret = self.add()
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.successResultOf(self.table.revoke_token("ci"))
+        # Read less than a second ago: the remembered table still has it.
+        self.clock.advance(0.5)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.clock.advance(0.5)
+        self.failureResultOf(self.login(BearerSecret(secret.encode())),
+                             cred_error.UnauthorizedLogin)
+        self.assertEqual(self.store.reads, 2)
+
+    def test_a_token_notice_makes_the_next_check_read_again(self):
+        from netweir_serve.store.notices import TOKEN, StoreNotice
+        secret = self.add()
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.successResultOf(self.table.revoke_token("ci"))
+        self.book._heard(StoreNotice(TOKEN, 2))
+        self.failureResultOf(self.login(BearerSecret(secret.encode())))
+
+    def test_an_expired_token_lets_nobody_in(self):
+        secret = self.add(expires=self.wall.seconds() + 60)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.wall.advance(60)
+        self.failureResultOf(self.login(BearerSecret(secret.encode())),
+                             cred_error.UnauthorizedLogin)
+
+    def test_the_old_secret_works_until_the_rotation_grace_ends(self):
+        old = self.add()
+        new = new_secret("ci")
+        self.successResultOf(self.table.rotate_token("ci", hash_secret(new),
+                                                     self.wall.seconds() + 3600))
+        self.clock.advance(1)
+        for secret in (old, new):
+            self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.wall.advance(3600)
+        self.successResultOf(self.login(BearerSecret(new.encode())))
+        self.failureResultOf(self.login(BearerSecret(old.encode())))
+
+    def test_last_used_is_written_at_most_once_a_minute(self):
+        secret = self.add()
+        writes = []
+        used = self.table.tokens_used
+        self.patch(self.table, "tokens_used", lambda u: writes.append(u) or used(u))
+        for _ in range(3):
+            self.successResultOf(self.login(BearerSecret(secret.encode())))
+            self.clock.advance(20)
+            self.wall.advance(20)
+        self.assertEqual(len(writes), 1)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.assertEqual(len(writes), 2)
+        self.assertEqual(self.successResultOf(self.table.get_token("ci")).last_used,
+                         self.wall.seconds())
