@@ -40,6 +40,7 @@ from .web.answer import name_node
 from .web.api import Api
 from .web.elsewhere import Owners
 from .web.events import EventHub, Events
+from .access.tokens import TokenBook, TokenChecker
 from .web.guard import GuardedResource
 from .web.limits import ConnectionCaps, limit
 from .web.listings import listers
@@ -387,7 +388,8 @@ def makeService(config, reactor, wall=None):
     root = _resource_tree(config, reactor, store, core, reader, submitter, timetable,
                           watching, wall, groups)
     serve = ServeService(config, reactor, lock, store, core.launcher, core.poller, core.pruner,
-                         reader, timetable, _listening(config, reactor, root))
+                         reader, timetable,
+                         _listening(config, reactor, root, _tokens(store, reactor, wall)))
     serve.wall = wall
     serve.deadlines = deadlines
     serve.chains = Chains(store, timetable, reactor)
@@ -479,6 +481,13 @@ def _resync(hub, deadlines):
     deadlines.resync()
 
 
+def site_resources(api, watching):
+    """{path segment: resource} of the pages and streams beside the API
+    (every path the root serves is in access.endpoints' table)."""
+    return {**site_pages(api), b"events": Events(watching.hub),
+            b"metrics": Metrics(watching.metrics)}
+
+
 def _resource_tree(config, reactor, store, core, reader, submitter, timetable, watching,
                    wall, groups):
     """The twisted.web resource tree every endpoint serves."""
@@ -488,14 +497,22 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
               listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
                   reactor, reactor.getThreadPool(), f, *args), wall=wall)
-    pages = {**site_pages(api), b"events": Events(watching.hub),
-             b"metrics": Metrics(watching.metrics)}
-    return Root(api, config.directory, pages=pages, listers=listers(config.projects),
+    return Root(api, config.directory, pages=site_resources(api, watching),
+                listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, core.launcher,
                                                          config.directory, wall)})
 
 
-def _listening(config, reactor, root):
+def _tokens(store, reactor, wall):
+    """(TokenBook, TokenChecker) of the job table's tokens; the KDF of a
+    check runs in the reactor's thread pool (about 50 ms each)."""
+    book = TokenBook(store, reactor, wall)
+    checker = TokenChecker(book, reactor, kdf_aside=lambda f, *args: threads.deferToThreadPool(
+        reactor, reactor.getThreadPool(), f, *args))
+    return book, checker
+
+
+def _listening(config, reactor, root, tokens=None):
     """A Listening for each endpoint of ``config``, each with a guard and
     a site of its own (a loopback endpoint checks Host, a TLS one knows
     its origin is https), all sharing one resource tree and one set of
@@ -509,7 +526,7 @@ def _listening(config, reactor, root):
         if reach == PUBLIC and not (config.authenticated or config.insecure_no_auth):
             raise ListenError(exposed_refusal(f"--listen {listener.description}"))
         guard = GuardedResource(root, config.credentials, loopback_only=reach == LOOPBACK,
-                                checkers=config.checkers)
+                                checkers=config.checkers, tokens=tokens)
         site = QuietSite(guard, requestFactory=ServeRequest, reactor=reactor)
         site.displayTracebacks = False
         site.log_requests = config.log_level == "debug"

@@ -254,3 +254,31 @@ class TokenChecker:
         self._checked.move_to_end((mark, stored))
         while len(self._checked) > MAX_REMEMBERED:
             self._checked.popitem(last=False)
+
+
+def tokens_exist(directory, jobs_db=None):
+    """Whether the job table of a service with ``directory`` and ``jobs_db``
+    (its --dir and --jobs-db) has a token: read at once, before the
+    reactor runs, when the options are checked (a --bind beyond loopback
+    needs a password or a token). False when there is no table yet; a
+    table that cannot be read has none that can be relied on either."""
+    from ..store import POSTGRESQL, store_location
+
+    backend, where = store_location(jobs_db, directory)
+    try:
+        if backend == POSTGRESQL:
+            import psycopg
+
+            with psycopg.connect(where, connect_timeout=10) as conn:
+                found = conn.execute("SELECT to_regclass('tokens') IS NOT NULL").fetchone()[0]
+                return bool(found and conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM tokens)").fetchone()[0])
+        import sqlite3
+        import os
+
+        if not os.path.exists(where):
+            return False
+        with sqlite3.connect(f"file:{where}?mode=ro", uri=True, timeout=10) as conn:
+            return conn.execute("SELECT EXISTS (SELECT 1 FROM tokens)").fetchone()[0] == 1
+    except Exception:  # no table, no server, no driver: no token to count on
+        return False

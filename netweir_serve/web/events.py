@@ -50,6 +50,7 @@ from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
 from ..store.records import FINISHED, RUNNING
+from ..access.roles import identity_of
 from ..names import fold
 from .answer import write_error
 from .pages import refuse_leaf
@@ -81,6 +82,8 @@ class EventStream:
     def __init__(self, hub, request, max_pending):
         self.hub = hub
         self.request = request
+        # Who reads it: only the events of projects it sees are sent.
+        self.identity = identity_of(request)
         self._max_pending = max_pending
         self._paused = False
         self._pending = OrderedDict()
@@ -178,7 +181,7 @@ class EventHub:
             entry["cancel_requested"] = record.cancel_requested
         elif record.state == FINISHED:
             entry["stats"] = record.stats
-        self._broadcast(("job", fold(record.id)), event_bytes("job", entry))
+        self._broadcast(("job", fold(record.id)), event_bytes("job", entry), record.project)
 
     def resync(self):
         """Changes may have been missed: every stream reads the listings again."""
@@ -189,11 +192,15 @@ class EventHub:
             return
         entry = schedule_entry(record, self._timetable.zone_of(record))
         entry["deleted"] = not self._timetable.has(record.name)
-        self._broadcast(("schedule", fold(record.name)), event_bytes("schedule", entry))
+        self._broadcast(("schedule", fold(record.name)), event_bytes("schedule", entry),
+                        record.project)
 
-    def _broadcast(self, key, data):
+    def _broadcast(self, key, data, project=None):
+        """Sends ``data`` to every stream, or (``project`` given) to those
+        whose identity sees that project: another's are absent."""
         for stream in list(self._streams):
-            stream.send(key, data)
+            if project is None or stream.identity.sees(project):
+                stream.send(key, data)
 
     # -- streams -----------------------------------------------------------------
 

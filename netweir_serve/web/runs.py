@@ -60,7 +60,7 @@ class Runs(ApiEndpoint):
     with; with ``schedule``, its counts too."""
 
     def answer(self, params, request):
-        project = self.api.project(params)
+        project = self.api.project(params, request=request)
         spider = params.name("spider")
         schedule = params.name("schedule", "schedule name", required=False)
         limit = _limit(params)
