@@ -322,6 +322,64 @@ class MatrixTests(unittest.TestCase):
         self.assertEqual((status, json.loads(body)["projects"]), (200, ["shop"]))
 
 
+class WhileItRunsTests(unittest.TestCase):
+    def setUp(self):
+        self.service = service()
+
+    def test_a_token_added_while_it_runs_works_and_a_revocation_takes_effect_in_a_second(self):
+        directory = self.service.daemon.directory
+        secret = token_command("add", "passing", "--role", "viewer", "--project", "shop",
+                               "--dir", directory)
+        headers = {"Authorization": "Bearer " + secret}
+        port = self.service.daemon.port
+
+        def status():
+            return request(port, "GET", "/listprojects.json", headers=headers)[0]
+
+        self.assertEqual(status(), 200)
+        token_command("revoke", "passing", "--dir", directory)
+        revoked = time.monotonic()
+        while status() != 401:
+            self.assertLess(time.monotonic() - revoked, 1.0)
+            time.sleep(0.02)
+
+
+class ScrapydClientsTests(unittest.TestCase):
+    """scrapyd's clients give a token as basic auth: its name, its secret."""
+
+    def setUp(self):
+        self.service = service()
+        self.url = f"http://127.0.0.1:{self.service.daemon.port}"
+
+    def test_python_scrapyd_api(self):
+        from scrapyd_api import ScrapydAPI
+
+        secrets = self.service.secrets
+        viewer = ScrapydAPI(self.url, auth=("vshop", secrets["vshop"]))
+        self.assertEqual(viewer.list_projects(), ["shop"])
+        self.assertIn("echo", viewer.list_spiders("shop"))
+        self.assertEqual(viewer.job_status("shop", "shop-job"), "finished")
+        operator = ScrapydAPI(self.url, auth=("oshop", secrets["oshop"]))
+        jobid = operator.schedule("shop", "echo")
+        self.service.daemon.wait_state(jobid, "finished")
+
+    def test_scrapyd_client(self):
+        from scrapyd_client.pyclient import ScrapydClient
+
+        client = ScrapydClient(self.url, username="oshop",
+                               password=self.service.secrets["oshop"])
+        self.assertEqual(client.projects(), ["shop"])
+        jobid = client.schedule("shop", "echo", [])
+        self.service.daemon.wait_state(jobid, "finished")
+        self.assertEqual(client.status(jobid)["currstate"], "finished")
+        anonymous = ScrapydClient(self.url)
+        from scrapyd_client.exceptions import ErrorResponse
+        with self.assertRaises(Exception) as caught:
+            anonymous.projects()
+        self.assertNotIsInstance(caught.exception, AssertionError)
+        del ErrorResponse
+
+
 class EndpointTableTests(unittest.TestCase):
     def test_the_table_names_every_path_the_root_serves(self):
         from types import SimpleNamespace

@@ -119,6 +119,21 @@ class CheckerTests(unittest.TestCase):
                              cred_error.UnauthorizedLogin)
         self.assertEqual(self.store.reads, 2)
 
+    def test_a_secret_of_no_token_read_has_the_table_read_again_at_most_every_tenth(self):
+        self.add("first")
+        self.successResultOf(self.book.current())
+        self.clock.advance(tokens.READ_AGAIN_AFTER)
+        # Added by another process a moment ago: it works at once.
+        secret = self.add("second")
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.assertEqual(self.store.reads, 2)
+        for _ in range(5):
+            self.failureResultOf(self.login(BearerSecret(b"nobody.x")))
+        self.assertEqual(self.store.reads, 2)
+        self.clock.advance(tokens.READ_AGAIN_AFTER)
+        self.failureResultOf(self.login(BearerSecret(b"nobody.x")))
+        self.assertEqual(self.store.reads, 3)
+
     def test_a_token_notice_makes_the_next_check_read_again(self):
         from netweir_serve.store.notices import TOKEN, StoreNotice
         secret = self.add()

@@ -42,6 +42,10 @@ SECRET_BYTES = 32
 VERIFIED_FOR = 60.0
 # How long the tokens read from the table are trusted without reading again.
 READ_FOR = 1.0
+# A secret that matches no token read at least this long ago has the table
+# read again at once (a token added, or rotated, by another process a
+# moment ago works at once), and is checked again.
+READ_AGAIN_AFTER = 0.1
 # At most one last_used write per token in this long.
 USE_RECORDED_EVERY = 60.0
 # Checks remembered at most (the oldest forgotten first): wrong secrets
@@ -117,13 +121,14 @@ class TokenBook:
         if notice.kind in (TOKEN, CHANGED):
             self._read_at = None
 
-    def current(self):
+    def current(self, read_for=READ_FOR):
         """A Deferred of {folded name: TokenRecord}, read again if the last
-        read is a second old (or a notice said a token changed). A read
-        that fails keeps the last tokens read (logged), or fails if none."""
+        read is ``read_for`` seconds old (or a notice said a token
+        changed). A read that fails keeps the last tokens read (logged), or
+        fails if none."""
         now = self._clock.seconds()
         if self._tokens is not None and self._read_at is not None \
-                and now - self._read_at < READ_FOR:
+                and now - self._read_at < read_for:
             return defer.succeed(self._tokens)
         d = defer.Deferred()
         self._waiting.append(d)
@@ -212,18 +217,21 @@ class TokenChecker:
             return defer.fail(cred_error.UnauthorizedLogin())
         return self._book.current().addCallback(self._check, fold(name), secret)
 
-    def _check(self, tokens, key, secret):
+    def _check(self, tokens, key, secret, again=True):
         record = tokens.get(key)
         hashes = [] if record is None else self._book.hashes_of(record)
-        if not hashes:
-            raise cred_error.UnauthorizedLogin()
         d = self._matches(secret, hashes)
 
         def checked(matched):
-            if not matched:
-                raise cred_error.UnauthorizedLogin()
-            self._book.used(record)
-            return Identity.of(record.name, record.role, record.projects)
+            if matched:
+                self._book.used(record)
+                return Identity.of(record.name, record.role, record.projects)
+            if again:
+                # Read again if not just read: the token may be new. A
+                # hash unchanged costs no second KDF (remembered).
+                return self._book.current(READ_AGAIN_AFTER).addCallback(
+                    self._check, key, secret, False)
+            raise cred_error.UnauthorizedLogin()
 
         return d.addCallback(checked)
 
