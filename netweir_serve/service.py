@@ -387,9 +387,11 @@ def makeService(config, reactor, wall=None):
     watching.show_schedules(timetable)
     root = _resource_tree(config, reactor, store, core, reader, submitter, timetable,
                           watching, wall, groups)
+    tokens = _tokens(store, reactor, wall)
+    # An /events stream of a token revoked meanwhile ends within a second.
+    watching.hub.admission = tokens[0].still_admits
     serve = ServeService(config, reactor, lock, store, core.launcher, core.poller, core.pruner,
-                         reader, timetable,
-                         _listening(config, reactor, root, _tokens(store, reactor, wall)))
+                         reader, timetable, _listening(config, reactor, root, tokens))
     serve.wall = wall
     serve.deadlines = deadlines
     serve.chains = Chains(store, timetable, reactor)

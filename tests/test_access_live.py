@@ -344,6 +344,29 @@ class WhileItRunsTests(unittest.TestCase):
             time.sleep(0.02)
 
 
+    def test_an_event_stream_of_a_token_revoked_ends_within_a_second(self):
+        directory = self.service.daemon.directory
+        secret = token_command("add", "streamer", "--role", "viewer", "--project", "shop",
+                               "--dir", directory)
+        connection = http.client.HTTPConnection("127.0.0.1", self.service.daemon.port,
+                                                timeout=30)
+        self.addCleanup(connection.close)
+        connection.request("GET", "/events", headers={"Authorization": "Bearer " + secret})
+        answer = connection.getresponse()
+        self.assertEqual(answer.status, 200)
+        self.assertIn(b"connected", answer.read1(65536))
+        token_command("revoke", "streamer", "--dir", directory)
+        revoked = time.monotonic()
+        ended = False
+        while time.monotonic() - revoked < 1.0:
+            if select.select([answer.fp], [], [], 0.05)[0]:
+                # The answer ends (its last chunk): the reader sees its end.
+                if answer.read1(65536) == b"" or answer.isclosed():
+                    ended = True
+                    break
+        self.assertTrue(ended, "the stream of a revoked token is still open after a second")
+
+
 class ScrapydClientsTests(unittest.TestCase):
     """scrapyd's clients give a token as basic auth: its name, its secret."""
 

@@ -86,9 +86,9 @@ class CheckerTests(unittest.TestCase):
     def test_a_bearer_secret_or_basic_auth_gives_the_tokens_identity(self):
         secret = self.add()
         self.assertEqual(self.successResultOf(self.login(BearerSecret(secret.encode()))),
-                         Identity.of("ci", VIEWER, ["shop"]))
+                         Identity.of("ci", VIEWER, ["shop"], token=True))
         self.assertEqual(self.successResultOf(self.login(
-            UsernamePassword(b"CI", secret.encode()))), Identity.of("ci", VIEWER, ["shop"]))
+            UsernamePassword(b"CI", secret.encode()))), Identity.of("ci", VIEWER, ["shop"], token=True))
         self.failureResultOf(self.login(UsernamePassword(b"other", secret.encode())),
                              cred_error.UnauthorizedLogin)
         self.failureResultOf(self.login(BearerSecret(secret.encode() + b"x")),

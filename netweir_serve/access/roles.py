@@ -51,15 +51,17 @@ def role_problem(role, projects):
 class Identity:
     """Who a request comes from: ``who`` (a token's name or the user's, for
     the log and an audit; None on an open service), ``role`` and, for a
-    viewer or operator, the folded names of its ``projects``."""
+    viewer or operator, the folded names of its ``projects``; ``token``
+    says it is a token's (which may be revoked while a stream is open)."""
 
     who: str
     role: str
     projects: frozenset = frozenset()
+    token: bool = False
 
     @classmethod
-    def of(cls, who, role, projects=()):
-        return cls(who, role, frozenset(fold(p) for p in projects))
+    def of(cls, who, role, projects=(), token=False):
+        return cls(who, role, frozenset(fold(p) for p in projects), token)
 
     @property
     def every_project(self):

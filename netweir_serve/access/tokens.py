@@ -166,6 +166,18 @@ class TokenBook:
             hashes.append(record.previous_hash)
         return hashes
 
+    def still_admits(self):
+        """A Deferred of a function saying whether a token's Identity still
+        stands (its token not revoked, not expired, its role and projects
+        as they were): what an open /events stream is held to."""
+        # Read again if not just read: asked twice a second at most.
+        return self.current(READ_AGAIN_AFTER).addCallback(lambda tokens: lambda identity: (
+            not identity.token or self._stands(identity, tokens.get(fold(identity.who)))))
+
+    def _stands(self, identity, record):
+        return (record is not None and bool(self.hashes_of(record))
+                and Identity.of(record.name, record.role, record.projects, True) == identity)
+
     def used(self, record):
         """Notes a use of ``record``'s token: written at most once a
         USE_RECORDED_EVERY per token (a failure to write is logged)."""
@@ -225,7 +237,7 @@ class TokenChecker:
         def checked(matched):
             if matched:
                 self._book.used(record)
-                return Identity.of(record.name, record.role, record.projects)
+                return Identity.of(record.name, record.role, record.projects, token=True)
             if again:
                 # Read again if not just read: the token may be new. A
                 # hash unchanged costs no second KDF (remembered).
