@@ -119,10 +119,15 @@ class DaemonStatus(ApiEndpoint):
     def answer(self, params, request):
         identity = identity_of(request)
         if not identity.every_project:
-            # Its projects' jobs alone: counted for it, not cached.
-            return self.api.store.tally().addCallback(self._counted, identity).addCallback(
-                encode_ok, self.api.limits).addErrback(refused)
+            # Its projects' jobs alone, counted for (and kept for) the
+            # projects it sees.
+            answer = self._cache.answer(seen_key(identity), lambda: self._build_for(identity))
+            return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
         return self._cache.answer(None, self._build)
+
+    def _build_for(self, identity):
+        return self.api.store.tally().addCallback(self._counted, identity).addCallback(
+            encode_ok, self.api.limits)
 
     def _build(self):
         return self.api.store.counts().addCallback(
@@ -139,6 +144,12 @@ class DaemonStatus(ApiEndpoint):
 
 def encode_ok(counts, limits):
     return ok_body(**counts, limits=limits)
+
+
+def seen_key(identity):
+    """The key of an answer built for the projects ``identity`` sees (no
+    project's name is a tuple, so none is mistaken for one)."""
+    return ("seen",) + tuple(sorted(identity.projects))
 
 
 class ListProjects(ApiEndpoint):
@@ -251,8 +262,10 @@ class ListJobs(ApiEndpoint):
             # As for a project that does not exist: no jobs.
             return self._listing(([], [], []), lambda record: None)
         if not project and not identity.every_project:
-            # Every project it sees, and no other: built for it, not cached.
-            return self._build(None, identity.sees).addErrback(refused)
+            # Every project it sees, and no other.
+            key, build = seen_key(identity), lambda: self._build(None, identity.sees)
+            answer = self._cache.answer(key, build)
+            return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
         key = fold(project) if project else None
         answer = self._cache.answer(key, lambda: self._build(project))
         return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer

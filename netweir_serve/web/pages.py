@@ -331,10 +331,12 @@ class Jobs(HtmlPage):
 
     def page(self, request):
         identity = identity_of(request)
-        if not identity.every_project:
-            # Its projects' jobs and schedules alone: built for it, not cached.
-            return self._build(identity.sees).addCallback(self._html)
-        cached = self._cache.answer(None, self._build)
+        if identity.every_project:
+            cached = self._cache.answer(None, self._build)
+        else:
+            # Its projects' jobs and schedules alone, kept for the projects it sees.
+            cached = self._cache.answer(("seen",) + tuple(sorted(identity.projects)),
+                                        lambda: self._build(identity.sees))
         if isinstance(cached, defer.Deferred):
             return cached.addCallback(self._html)
         return self._html(cached)
