@@ -16,7 +16,9 @@ the twisted.cred checker of token credentials.
 
 import hashlib
 import hmac
+import os
 import secrets
+import sqlite3
 from collections import OrderedDict
 
 from twisted.cred import error as cred_error
@@ -293,9 +295,6 @@ def tokens_exist(directory, jobs_db=None):
                 found = conn.execute("SELECT to_regclass('tokens') IS NOT NULL").fetchone()[0]
                 return bool(found and conn.execute(
                     "SELECT EXISTS (SELECT 1 FROM tokens)").fetchone()[0])
-        import sqlite3
-        import os
-
         if not os.path.exists(where):
             return False
         with sqlite3.connect(f"file:{where}?mode=ro", uri=True, timeout=10) as conn:

@@ -1,11 +1,13 @@
 """The recurring schedules' endpoints: add, edit, list, delete, pause,
 resume, run now and backfill."""
 
+from twisted.python.failure import Failure
+
 from ..names import fold
 from ..reliability.policy import KEYS as POLICY_KEYS
 from ..schedules.edits import TEXT_PARAMETERS
 from ..schedules.times import iso_time
-from ..schedules.timetable import ScheduleRequest
+from ..schedules.timetable import ScheduleRequest, UnknownSchedule
 from ..access.roles import identity_of
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -29,7 +31,7 @@ def hidden_schedule(request, project, name):
     """Raises, for a project ``request``'s identity cannot see, what the
     timetable answers for a schedule that does not exist."""
     if not identity_of(request).sees(project):
-        raise ApiError(404, f"no schedule {name!r} in project {project!r}")
+        refused(Failure(UnknownSchedule.named(project, name)))
 
 
 class _ScheduleEndpoint(ApiEndpoint):
