@@ -1519,6 +1519,18 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.owed()), [("alert", "n.r1")])
 
     @defer.inlineCallbacks
+    def test_the_retry_of_a_chains_job_keeps_its_upstream(self):
+        # The retry is the same job again: it still follows the job whose
+        # end queued it (a loop guard walks that line back).
+        yield self.store.add(self.retrying("detail-after-up", upstream="up",
+                                           schedule="detail"))
+        first = yield self.run_and_end("detail-after-up", 100.0)
+        self.assertEqual((first.retry.id, first.retry.upstream, first.retry.schedule),
+                         ("detail-after-up.r1", "up", "detail"))
+        found = yield self.store.get("detail-after-up.r1")
+        self.assertEqual(found.upstream, "up")
+
+    @defer.inlineCallbacks
     def test_a_firing_is_settled_and_counted_once(self):
         added = yield self.store.add_schedule(chain("detail", "books"))
         yield self.end_job("a")
