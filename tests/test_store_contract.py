@@ -1462,13 +1462,13 @@ class ScheduleStoreContract:
 
     @defer.inlineCallbacks
     def end_job(self, jobid, outcome="finished", end_time=20.0, spider="books",
-                schedule=None, project="shop", **fields):
+                schedule=None, project="shop", reason=None, **fields):
         """Adds, claims, starts and ends one job; its ended record."""
         yield self.store.add(JobRecord(id=jobid, project=project, spider=spider,
                                        spider_file="/p/x.py", schedule=schedule, **fields))
         claimed = yield self.store.claim_next(NODE_A, [project], end_time - 1)
         self.assertEqual(claimed.id, jobid)
-        ended = yield self.store.mark_finished(jobid, outcome, end_time)
+        ended = yield self.store.mark_finished(jobid, outcome, end_time, reason=reason)
         return ended
 
     @defer.inlineCallbacks
@@ -1492,7 +1492,7 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.owed()), [("by-tick", "a"), ("detail", "a"), ("alert", "b")])
         firings = yield self.store.chain_firings()
         self.assertEqual([f.created for f in firings], [20.0, 20.0, 30.0])
-        # A cancelled job fires no chain; a lost one is a failed one.
+        # A user's cancel fires no chain; a lost job is a failed one.
         yield self.store.add(record("c"))
         cancelled = yield self.store.cancel_pending("c", 40.0)
         self.assertEqual(cancelled.chain_firings, ())
@@ -1506,6 +1506,29 @@ class ScheduleStoreContract:
         if listener is not None:
             yield self.versions_agree(listener, self.store)
             self.assertIn(notices.SCHEDULE, [n.kind for n in heard])
+
+    @defer.inlineCallbacks
+    def test_failed_covers_the_services_own_deadlines_not_a_users_cancel_or_a_stop(self):
+        yield self.store.add_schedule(chain("alert", "books", on=("failed",)))
+        yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        # Cancelled by a timeout or a stall while running: a run gone wrong.
+        timed_out = yield self.end_job("t", outcome="cancelled", reason="timeout")
+        stalled = yield self.end_job("s", outcome="cancelled", reason="stalled", end_time=21.0)
+        # Cancelled pending past its expiry.
+        yield self.store.add(record("e"))
+        expired = yield self.store.cancel_pending("e", 22.0, reason="expired")
+        # A user's cancel, running or pending, and a stop fire nothing.
+        by_user = yield self.end_job("u", outcome="cancelled", reason="cancel.json",
+                                     end_time=23.0)
+        yield self.store.add(record("p"))
+        pending_by_user = yield self.store.cancel_pending("p", 24.0)
+        stopped = yield self.end_job("x", outcome="cancelled", reason="service stopped",
+                                     end_time=25.0)
+        self.assertEqual([r.chain_firings for r in (timed_out, stalled, expired)],
+                         [("alert",)] * 3)
+        self.assertEqual([r.chain_firings for r in (by_user, pending_by_user, stopped)],
+                         [()] * 3)
+        self.assertEqual((yield self.owed()), [("alert", "t"), ("alert", "s"), ("alert", "e")])
 
     @defer.inlineCallbacks
     def test_an_end_that_queues_a_retry_owes_nothing_its_final_attempt_does(self):
