@@ -313,6 +313,21 @@ class FiringTests(unittest.TestCase):
         self.successResultOf(rig.chains.process())
         self.assertEqual((rig.job_ids(), rig.owed()), (["up1", "up2"], []))
 
+    def test_a_chain_deleted_and_added_again_does_not_make_its_namesakes_firings(self):
+        rig = self.rig
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        rig.end("up1")  # owed; not made before the chain was deleted
+        self.successResultOf(rig.timetable.delete("shop", "detail"))
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        self.successResultOf(rig.chains.process())
+        rig.clock.advance(chains.SWEEP_SECONDS)
+        self.assertEqual((rig.job_ids(), rig.owed()), (["up1"], []))
+        found = rig.schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.last_job), (0, 0, None))
+        # The new chain fires after the jobs that end from now on.
+        rig.chains.ended(rig.end("up2"))
+        self.assertEqual(rig.job_ids(), ["detail-after-up2", "up1", "up2"])
+
     def test_overlap_applies_a_chain_whose_job_is_still_pending_skips(self):
         rig = self.rig
         rig.add(name="detail", spider="details", after="books")

@@ -1586,6 +1586,21 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.store.get_schedule("detail")), new)
 
 
+    @defer.inlineCallbacks
+    def test_deleting_a_chain_drops_its_owed_firings_and_no_others(self):
+        yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        yield self.store.add_schedule(chain("alert", "books", on=("finished",)))
+        yield self.end_job("a")
+        deleted = yield self.store.delete_schedule("DETAIL")
+        self.assertEqual(deleted.name, "detail")
+        self.assertEqual((yield self.owed()), [("alert", "a")])
+        # A new chain of its name is owed nothing its namesake was.
+        yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        self.assertEqual((yield self.owed()), [("alert", "a")])
+        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", runs_added=1)))
+        self.assertEqual((yield self.store.get_schedule("detail")).runs, 0)
+
+
 # A claimer in a process of its own: claims until no job is pending,
 # printing each id; after each claim, what runs must share no lock (it ends
 # each job that holds one, so that the others may run).

@@ -205,7 +205,9 @@ class IScheduleStore(Interface):
         new record, or None if there is none."""
 
     def delete_schedule(name):
-        """Forgets the schedule; fires with the record it had, or None."""
+        """Forgets the schedule and the chain firings it was owed (in one
+        write: a new schedule given its name makes none of them); fires
+        with the record it had, or None."""
 
     def chain_firings():
         """The chain firings owed (store.chain_firings.ChainFiring: a
