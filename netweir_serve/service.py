@@ -373,8 +373,10 @@ def makeService(config, reactor, wall=None):
                           env=job_env)
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
                              rules=config.policies, enforceable=groups.refusal)
-    deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire,
-                          serves=lambda project: config.projects.get(project) is not None,
+    def serves(project):
+        return config.projects.get(project) is not None
+
+    deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire, serves=serves,
                           store=store)
     _hear_deadlines(core.events, deadlines)
     watching = _watching(config, reactor, store, core, wall, deadlines)
@@ -388,7 +390,7 @@ def makeService(config, reactor, wall=None):
                          reader, timetable, _listening(config, reactor, root))
     serve.wall = wall
     serve.deadlines = deadlines
-    serve.chains = Chains(store, timetable, reactor)
+    serve.chains = Chains(store, timetable, reactor, serves)
     core.events.subscribe(lambda kind, record: serve.chains.ended(record), kinds=(ENDED,))
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,

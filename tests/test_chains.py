@@ -9,6 +9,7 @@ from twisted.trial import unittest
 
 from netweir_serve.jobs.submit import JobRefused
 from netweir_serve.names import MAX_JOB_ID_LENGTH
+from netweir_serve.projects import ProjectTable
 from netweir_serve.schedules import chains
 from netweir_serve.schedules.chains import Chains, chain_job_id, parse_on
 from netweir_serve.schedules.timetable import ScheduleRefused, ScheduleRequest, Timetable
@@ -55,7 +56,9 @@ class ChainRig(Rig):
         self.submitter = ChainSubmitter(self.store, self.clock)
         timetable = Timetable(self.store, self.submitter, self.clock, local_zone="UTC",
                               on_change=self.changes.append)
-        self.chains = Chains(self.store, timetable, self.clock)
+        self.chains = Chains(self.store, timetable, self.clock,
+                             serves=lambda project: self.submitter.projects.get(project)
+                             is not None)
         return timetable
 
     def start(self):
@@ -263,6 +266,22 @@ class FiringTests(unittest.TestCase):
         self.successResultOf(other.chains._make(firing))
         self.successResultOf(defer.gatherResults([self.rig.chains.process(),
                                                   other.chains.process()]))
+        self.assertEqual(self.rig.job_ids(), ["detail-after-up1", "up1"])
+        self.assertEqual((self.rig.schedule("detail").runs, self.rig.owed()), (1, []))
+
+    def test_a_node_that_does_not_serve_the_project_leaves_the_firing_to_one_that_does(self):
+        self.rig.add(name="detail", spider="details", after="books")
+        other = ChainRig(self, self.path, clock=self.rig.clock)
+        other.submitter.projects = ProjectTable([])  # serves no project
+        other.start()
+        ended = self.rig.end("up1")  # the end and its firing, written by any node
+        other.chains.ended(ended)
+        self.successResultOf(other.chains.process())
+        # Kept, untouched: no job, no error, no count.
+        self.assertEqual(self.rig.owed(), [("detail", "up1")])
+        found = self.rig.schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.error), (0, 0, None))
+        self.successResultOf(self.rig.chains.process())
         self.assertEqual(self.rig.job_ids(), ["detail-after-up1", "up1"])
         self.assertEqual((self.rig.schedule("detail").runs, self.rig.owed()), (1, []))
 

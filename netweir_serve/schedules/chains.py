@@ -125,14 +125,20 @@ def describe_loop(names, schedules, spider, upstream):
 class Chains:
     """Makes the chain firings the outbox holds: each queued through
     ``timetable`` (a Timetable) and settled in ``store`` (IScheduleStore),
-    on ``clock``'s sweep. Fed the local ends (``ended``)."""
+    on ``clock``'s sweep. Fed the local ends (``ended``). ``serves(project)``
+    says whether this node serves a project: a firing of a chain of a
+    project it does not serve is left in the outbox for a node that does
+    (nodes may serve different projects)."""
 
     log = Logger()
 
-    def __init__(self, store, timetable, clock, sweep_seconds=SWEEP_SECONDS):
+    def __init__(self, store, timetable, clock, serves, sweep_seconds=SWEEP_SECONDS):
         self._store = store
         self._timetable = timetable
         self._clock = clock
+        self._serves = serves
+        # The firings left for another node, said once each in the log.
+        self._left = set()
         self._sweep_seconds = sweep_seconds
         self._sweep = None
         self._running = False
@@ -205,6 +211,8 @@ class Chains:
         except Exception:
             self.log.failure("could not read the chain firings owed")
             return
+        owed = {(f.schedule_key, f.upstream) for f in firings}
+        self._left &= owed
         for firing in firings:
             if not self._running:
                 return
@@ -222,6 +230,14 @@ class Chains:
             # Deleted (or replaced by a schedule of its name that is no
             # chain): nothing owes the firing any more.
             yield self._settle(firing, None)
+            return
+        if not self._serves(record.project):
+            # Another node's to make: this one could only refuse the job.
+            if (firing.schedule_key, firing.upstream) not in self._left:
+                self._left.add((firing.schedule_key, firing.upstream))
+                self.log.info("chain {name}: its run after job {upstream} is left to a node"
+                              " that serves project {project}", name=record.name,
+                              upstream=firing.upstream, project=record.project)
             return
         if record.paused:
             self.log.info("chain {name} is paused: skipped its run after job {upstream}",
