@@ -15,6 +15,7 @@ from netweir_serve.schedules.chains import Chains, chain_job_id, parse_on
 from netweir_serve.schedules.timetable import ScheduleRefused, ScheduleRequest, Timetable
 from netweir_serve.store.records import JobRecord
 
+from .test_store_contract import chain
 from .test_timetable import FakeSubmitter, Rig
 
 START = 1_000_000.0
@@ -213,6 +214,54 @@ class FiringTests(unittest.TestCase):
         self.successResultOf(rig.chains.process())
         self.assertEqual(rig.job_ids(), ["detail-after-up1", "up1"])
         self.assertIsNone(self.job("alert-after-up1"))
+
+    def finish(self, jobid):
+        """Ends a queued job (finished); its firings made."""
+        rig = self.rig
+        ended = self.successResultOf(rig.store.mark_finished(jobid, "finished",
+                                                             rig.clock.seconds()))
+        rig.chains.ended(ended)
+        return ended
+
+    def test_a_loop_two_chains_stored_at_once_made_stops_at_its_first_turn(self):
+        rig = self.rig
+        # details after books, and books after details' jobs: each added on
+        # its own node at once, each checked against a table without the
+        # other (the second is written here as that node's add wrote it).
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        self.successResultOf(rig.store.add_schedule(chain(
+            "back", "schedule:detail", spider="books", on=("finished",))))
+        rig.chains.ended(rig.end("up1"))
+        self.finish("detail-after-up1")
+        self.assertEqual(self.job("back-after-detail-after-up1").upstream, "detail-after-up1")
+        self.finish("back-after-detail-after-up1")
+        # detail's job would follow its own: not queued, the row settled.
+        self.assertEqual(rig.job_ids(), ["back-after-detail-after-up1", "detail-after-up1",
+                                         "up1"])
+        self.assertEqual(rig.owed(), [])
+        found = rig.schedule("detail")
+        self.assertEqual((found.runs, found.last_job, found.error),
+                         (1, "detail-after-up1",
+                          "would loop: job back-after-detail-after-up1 comes after its own job"
+                          " detail-after-up1: back-after-detail-after-up1 after"
+                          " detail-after-up1"))
+        self.assertEqual(rig.schedule("back").runs, 1)
+
+    def test_a_chain_after_its_own_jobs_stored_by_a_race_queues_nothing_after_them(self):
+        rig = self.rig
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        # Stored past the add's check: details after details.
+        self.successResultOf(rig.store.add_schedule(chain("again", "details",
+                                                          on=("finished",))))
+        rig.chains.ended(rig.end("up1"))
+        self.finish("detail-after-up1")
+        self.finish("again-after-detail-after-up1")
+        self.assertEqual(rig.job_ids(), ["again-after-detail-after-up1", "detail-after-up1",
+                                         "up1"])
+        self.assertEqual(rig.owed(), [])
+        self.assertEqual(rig.schedule("again").error,
+                         "would loop: job again-after-detail-after-up1 is its own")
+        self.assertEqual(rig.schedule("detail").error, None)
 
     def test_a_firing_left_by_a_kill_before_its_job_was_queued_is_made_at_start(self):
         self.rig.add(name="detail", spider="details", after="books")

@@ -12,6 +12,11 @@ transaction (IScheduleStore.settle_chain_firing). The id is the duplicate
 guard and the settle the count's: whatever restarts or nodes come between
 the end, the queueing and the count, a firing queues one job, counted once.
 
+Loops are refused when a chain is added (find_loop); two chains added at
+once can each pass that check, so a firing whose upstream line (read back
+through the jobs' ``upstream``) holds a job of its own chain queues
+nothing: the row is settled with the schedule's error saying so.
+
 The outbox is read right after a local end that wrote to it, at start,
 and every SWEEP_SECONDS, so a firing left by a node killed between an end
 and its queueing is made by whichever node sweeps next.
@@ -34,6 +39,9 @@ DEFAULT_ON = ("healthy",)
 SWEEP_SECONDS = 30.0
 # The hexadecimal digits of the upstream's hash in an id too long otherwise.
 _HASH_DIGITS = 16
+# How many jobs back a firing's upstream line is read for a loop: a line
+# longer than this is not a loop's first turn, and the walk stays short.
+LOOP_STEPS = 50
 
 
 class ChainError(ValueError):
@@ -249,10 +257,44 @@ class Chains:
             yield self._timetable.reload()
             if not self._timetable.holds(record):
                 return  # changed again meanwhile: the next pass sees
+        loop = yield self._loop_through(record, firing.upstream)
+        if loop is not None:
+            why = f"would loop: {loop}"
+            self.log.error("chain {name}: queued no job after job {upstream}: {why}",
+                           name=record.name, upstream=firing.upstream, why=why)
+            yield self._settle(firing, record, error=why)
+            return
         changes = yield self._timetable.queue_job(
             record, chain_job_id(record.name, firing.upstream),
             arguments=((UPSTREAM_ARGUMENT, firing.upstream),), upstream=firing.upstream)
         yield self._settle(firing, record, **changes)
+
+    @defer.inlineCallbacks
+    def _loop_through(self, record, upstream):
+        """How a job of chain ``record`` after job ``upstream`` would close
+        a loop (a job this chain queued is in ``upstream``'s line: ``job U
+        comes after its own job X: U after ... after X``), or None.
+
+        Two chains added at once (on two nodes, say) each pass the check at
+        add against a table without the other, and may make a loop: this
+        guard holds then. The line is read back through each job's stored
+        ``upstream`` (a retry keeps its attempt's), at most LOOP_STEPS
+        jobs; a job pruned since ends it."""
+        line = []
+        jobid = upstream
+        for _ in range(LOOP_STEPS):
+            job = yield self._store.get(jobid)
+            if job is None:
+                return None
+            line.append(job.id)
+            if job.schedule is not None and fold(job.schedule) == fold(record.name):
+                if len(line) == 1:
+                    return f"job {upstream} is its own"
+                return f"job {upstream} comes after its own job {job.id}: {' after '.join(line)}"
+            if job.upstream is None:
+                return None
+            jobid = job.upstream
+        return None
 
     @defer.inlineCallbacks
     def _settle(self, firing, record, **changes):
