@@ -26,6 +26,14 @@ class ChainSubmitter(FakeSubmitter):
 
     spiders = ("books", "details", "authors", "prices")
 
+    def __init__(self, store, clock):
+        super().__init__(store, clock)
+        self.submitted = []  # the ids asked, in order
+
+    def submit(self, request):
+        self.submitted.append(request.jobid)
+        return super().submit(request)
+
     def check(self, request):
         if request.spider not in self.spiders:
             return defer.fail(JobRefused(f"no spider {request.spider!r} in project"
@@ -307,16 +315,29 @@ class FiringTests(unittest.TestCase):
         self.rig.add(name="detail", spider="details", after="books")
         other = ChainRig(self, self.path, clock=self.rig.clock)
         other.start()
+        # Each node's job check takes five seconds: both read the row, find
+        # no job of its id and submit one before either has queued it (the
+        # end heard on one, a sweep on the other).
+        for rig in (self.rig, other):
+            rig.submitter.delay = 5
         self.rig.end("up1")
-        # Both nodes read the row before either settled it (a sweep on one,
-        # the end on the other): each makes it, in turn.
-        firing, = self.successResultOf(self.rig.store.chain_firings())
-        self.successResultOf(self.rig.chains._make(firing))
-        self.successResultOf(other.chains._make(firing))
+        passes = defer.gatherResults([self.rig.chains.process(), other.chains.process()])
+        self.assertEqual((self.rig.submitter.submitted, other.submitter.submitted),
+                         (["detail-after-up1"], ["detail-after-up1"]))
+        self.assertEqual(self.rig.job_ids(), ["up1"])
+        self.assertNoResult(passes)
+        self.rig.clock.advance(5)
+        self.successResultOf(passes)
+        self.assertEqual(self.rig.job_ids(), ["detail-after-up1", "up1"])
+        found = self.rig.schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.last_job, found.error),
+                         (1, 0, "detail-after-up1", None))
+        self.assertEqual(self.rig.owed(), [])
+        # Later passes on either node make nothing more.
         self.successResultOf(defer.gatherResults([self.rig.chains.process(),
                                                   other.chains.process()]))
-        self.assertEqual(self.rig.job_ids(), ["detail-after-up1", "up1"])
-        self.assertEqual((self.rig.schedule("detail").runs, self.rig.owed()), (1, []))
+        self.assertEqual((self.rig.job_ids(), self.rig.schedule("detail").runs),
+                         (["detail-after-up1", "up1"], 1))
 
     def test_a_node_that_does_not_serve_the_project_leaves_the_firing_to_one_that_does(self):
         self.rig.add(name="detail", spider="details", after="books")
