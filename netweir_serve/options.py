@@ -36,6 +36,9 @@ LOG_LEVELS = ("debug", "info", "warn", "error", "critical")
 
 # The key that signs each --notify POST (X-Netweir-Signature), if set.
 NOTIFY_SECRET_VARIABLE = "NETWEIR_SERVE_NOTIFY_SECRET"
+# --notify URLs kept off the command line (where every user of the machine
+# reads them, a token in a URL with them): separated by white space.
+NOTIFY_VARIABLE = "NETWEIR_SERVE_NOTIFY"
 
 # Seconds between a cancel and the kill: 30 unless this says otherwise. Not
 # an option, so the command line stays that of `netweir serve`; tests set it.
@@ -120,7 +123,8 @@ class ServeConfig:
         """The service's own secrets, as given: its password, the --notify
         secret and the job table's password (in --jobs-db's URL). No job's
         environment holds one (jobs.process.job_environment)."""
-        found = [self.notify_secret]
+        # A --notify URL may carry a token (a Slack webhook's path is one).
+        found = [self.notify_secret, *self.notify]
         if self.credentials is not None:
             found.append(self.credentials[1])
         if self.jobs_db:
@@ -213,6 +217,22 @@ def _whole_number(flag, minimum):
         return value
 
     return parse
+
+
+def notify_urls_in(path):
+    """The --notify URLs of the file ``path``: one a line, blank lines and
+    lines starting with # left out (a file only the service's user reads
+    keeps a token in a URL off the command line)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise usage.UsageError(f"--notify @{path}: cannot read it ({e})") from None
+    urls = [parse_notify_url(line.strip()) for line in lines
+            if line.strip() and not line.strip().startswith("#")]
+    if not urls:
+        raise usage.UsageError(f"--notify @{path}: the file names no URL")
+    return urls
 
 
 def parse_notify_url(text):
@@ -348,8 +368,11 @@ class ServeOptions(usage.Options):
         raise SystemExit(0)
 
     def opt_notify(self, url):
-        """POST a JSON notice to URL when a job ends; give it once per URL (see --notify-on, and $NETWEIR_SERVE_NOTIFY_SECRET to sign them)"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
-        self["notify"].append(parse_notify_url(url))
+        """POST a JSON notice to URL when a job ends; give it once per URL, or @FILE for the URLs in a file, one a line (see --notify-on, $NETWEIR_SERVE_NOTIFY for URLs kept off the command line, and $NETWEIR_SERVE_NOTIFY_SECRET to sign them)"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        if url.startswith("@"):
+            self["notify"] += notify_urls_in(url[1:])
+        else:
+            self["notify"].append(parse_notify_url(url))
 
     def opt_notify_on(self, value):
         """the outcomes, reasons and healths --notify sends, comma-separated (default: finished,failed,cancelled,lost; reasons such as timeout, memory, exit 1; degraded for runs that finished below their checks)"""  # noqa: E501
@@ -439,6 +462,8 @@ class ServeOptions(usage.Options):
                                    f" or critical, not {level!r}")
         self["grace"], self["log-level"] = grace, level
         self["notify-secret"] = self.environ.get(NOTIFY_SECRET_VARIABLE) or None
+        self["notify"] += [parse_notify_url(url)
+                           for url in self.environ.get(NOTIFY_VARIABLE, "").split()]
         if self["jobs-db"] is not None:
             self["jobs-db"] = _jobs_db(self["jobs-db"])
         if self["node-name"] is not None and name_problem("--node-name", self["node-name"]):

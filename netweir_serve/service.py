@@ -382,7 +382,9 @@ def makeService(config, reactor, wall=None):
     watching = _watching(config, reactor, store, core, wall, deadlines)
     timetable = Timetable(store, submitter, reactor, local_zone=config.local_zone,
                           on_change=watching.schedule_changed,
-                          on_change_elsewhere=watching.hub.schedule_changed, wall=wall)
+                          on_change_elsewhere=watching.hub.schedule_changed, wall=wall,
+                          cancel=core.scheduler.cancel)
+    _hear_pauses(core.events, timetable)
     watching.show_schedules(timetable)
     root = _resource_tree(config, reactor, store, core, reader, submitter, timetable,
                           watching, wall, groups)
@@ -424,6 +426,17 @@ class _Watching:
         timetable.schedules().addCallbacks(
             self.metrics.seed_schedules,
             lambda f: log.failure("could not read the schedules for /metrics", f))
+
+
+def _hear_pauses(events, timetable):
+    """A job's end that paused its schedule (pause_after, written by the
+    store in the end's transaction) stops the schedule's timer here; other
+    nodes hear the schedule's change as any other (a SCHEDULE notice)."""
+    def ended(kind, record):
+        if record.paused_schedule is not None:
+            timetable.heard_paused(record.paused_schedule)
+
+    events.subscribe(ended, kinds=(ENDED,))
 
 
 def _hear_deadlines(events, deadlines):

@@ -15,7 +15,7 @@ ANY = ELLIPSIS + "any"         # an elided value
 # Fields whose values differ from run to run: compared only as present,
 # and as null or not (a running job's end_time is null, a finished one's not).
 MASKED = {"node_name", "node", "pid", "start_time", "end_time", "time", "next_run",
-          "last_run", "first_log_time", "first_log_timestamp", "latest_log_time",
+          "starts_at", "last_run", "first_log_time", "first_log_timestamp", "latest_log_time",
           "latest_log_timestamp", "last_update_time", "last_update_timestamp", "runtime",
           "stats", "history", "version",
           # A crawl's counts, where its pace sets them (/logs/stats.json).

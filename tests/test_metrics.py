@@ -185,6 +185,23 @@ class CollectorTests(unittest.TestCase):
         self.assertEqual(value(found, "netweir_serve_schedule_firings_total", project="shop"), 2)
         self.assertEqual(value(found, "netweir_serve_schedule_skips_total", project="shop"), 1)
 
+    def test_buffers_catch_ups_and_self_pauses_from_now_on(self):
+        from dataclasses import replace
+        record = ScheduleRecord(name="b", project="shop", spider="books", kind="every",
+                                rule="1h", tz="UTC", buffered=4, caught_up=2)
+        self.metrics.seed_schedules([record])
+        self.metrics.schedule_changed(replace(record, buffered=6, caught_up=2))
+        self.metrics.schedule_changed(replace(record, buffered=6, caught_up=3))
+        self.metrics.schedule_changed(replace(record, name="new", buffered=1, caught_up=0))
+        self.events.publish(ENDED, replace(job(id="b-1", schedule="b"), outcome="failed",
+                                           paused_schedule=replace(record, paused=True)))
+        self.events.publish(ENDED, replace(job(id="b-2", schedule="b"), outcome="failed"))
+        found = self.render()
+        self.assertEqual(value(found, "netweir_serve_schedule_buffers_total", project="shop"), 3)
+        self.assertEqual(value(found, "netweir_serve_schedule_catch_ups_total", project="shop"),
+                         1)
+        self.assertEqual(value(found, "netweir_serve_schedule_pauses_total", project="shop"), 1)
+
     def test_no_label_carries_a_job_id(self):
         self.store.lists = ([job(id="secret-id-1")], [], [])
         self.events.publish(ENDED, job(id="secret-id-2", state=FINISHED, outcome="finished",

@@ -18,6 +18,7 @@ from twisted.web.server import Site
 from netweir_serve.jobs.events import ENDED, JobEvents
 from netweir_serve.jobs.notify import Notifier, signature, summary
 from netweir_serve.store.records import FINISHED, JobRecord
+from netweir_serve.store.schedule_records import ScheduleRecord
 from netweir_serve.web.views import job_entry
 
 from .processes import wait_until
@@ -142,6 +143,22 @@ class NotifierTests(unittest.TestCase):
         self.events.publish(ENDED, ended("finished", exit_status=0, health="healthy"))
         job = json.loads(self.agent.requests[0][4])["job"]
         self.assertEqual((job["health"], job["health_reasons"]), ("healthy", []))
+
+    def test_a_pause_its_end_made_is_a_notice_of_its_own_whatever_notify_on_says(self):
+        self.notifier([200, 200], outcomes=("finished",))
+        paused = ScheduleRecord(name="nightly", project="shop", spider="books", kind="every",
+                                rule="1h", tz="UTC", paused=True, pause_after=2,
+                                failed_in_row=2, note="paused after 2 runs in a row failed"
+                                " or degraded; the last: j1 (failed, exit 1)")
+        self.events.publish(ENDED, ended(paused_schedule=paused, schedule="nightly"))
+        [(_, _, _, headers, body)] = self.agent.requests
+        self.assertEqual(json.loads(body), {
+            "event": "schedule_paused", "node_name": "box", "job": "j1",
+            "text": "schedule nightly (shop/books) paused after 2 runs in a row failed or"
+                    " degraded; the last: j1 (failed, exit 1)",
+            "schedule": {"name": "nightly", "project": "shop", "spider": "books",
+                         "note": paused.note, "pause_after": 2, "failed_in_row": 2}})
+        self.assertTrue(headers.getRawHeaders(b"x-netweir-signature"))
 
     def test_three_retries_about_1_5_and_25_seconds_after_each_failure(self):
         logged = Logged(self)

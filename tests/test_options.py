@@ -46,6 +46,34 @@ class ParsingTests(unittest.TestCase):
                                 "NETWEIR_SERVE_PASSWORD": "a:b"}).config()
         self.assertEqual(config.credentials, ("me", "a:b"))
 
+    def test_notify_urls_off_the_command_line_from_a_file_or_the_environment(self):
+        # Issue 26: a token in a --notify URL was on the command line.
+        path = os.path.join(self.base, "hooks")
+        with open(path, "w") as f:
+            f.write("# our receivers\nhttps://hooks.example.com/T0/B1/secret-path\n\n"
+                    "http://127.0.0.1:9000/hook\n")
+        config = parse("--notify", f"@{path}", "--notify", "http://127.0.0.1:9001/x",
+                       environ={"NETWEIR_SERVE_NOTIFY": "https://a.example/1 https://b.example/2"}
+                       ).config()
+        self.assertEqual(config.notify, (
+            "https://hooks.example.com/T0/B1/secret-path", "http://127.0.0.1:9000/hook",
+            "http://127.0.0.1:9001/x", "https://a.example/1", "https://b.example/2"))
+        # Each is one of the service's secrets, kept from the jobs.
+        self.assertIn("https://hooks.example.com/T0/B1/secret-path", config.secrets())
+
+    def test_a_notify_file_that_is_missing_or_empty_or_holds_a_bad_url_is_refused(self):
+        empty = os.path.join(self.base, "empty")
+        with open(empty, "w") as f:
+            f.write("# nothing\n")
+        bad = os.path.join(self.base, "bad")
+        with open(bad, "w") as f:
+            f.write("ftp://example.com/\n")
+        for value, said in ((f"@{self.base}/missing", "cannot read it"),
+                            (f"@{empty}", "names no URL"), (f"@{bad}", "ftp://example.com/")):
+            with self.assertRaises(usage.UsageError) as raised:
+                parse("--notify", value)
+            self.assertIn(said, str(raised.exception))
+
     def test_listen_names_every_endpoint(self):
         config = parse("--listen", "tcp:6800:interface=127.0.0.1", "--listen",
                        "unix:/tmp/netweir-serve-test.sock:mode=660").config()

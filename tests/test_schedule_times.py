@@ -13,11 +13,15 @@ from netweir_serve.schedules.times import (
     OVERLAP,
     RuleError,
     catch_up,
+    dues_between,
     due_now,
     format_every,
     iso_time,
+    jitter_offset,
     job_id_for,
     local_zone_name,
+    parse_instant,
+    parse_jitter,
     parse_cron,
     parse_every,
     parse_policy,
@@ -547,14 +551,84 @@ class PolicyTests(unittest.TestCase):
         for kind, choices in (("overlap", OVERLAP), ("misfire", MISFIRE)):
             for choice in choices:
                 self.assertEqual(parse_policy(kind, choice), choice)
-        self.assertEqual(OVERLAP, ("skip", "queue", "allow"))
+        # Temporal's, with queue, the first name of buffer_one, kept.
+        self.assertEqual(OVERLAP, ("skip", "buffer_one", "buffer_all", "cancel_other",
+                                   "terminate_other", "allow", "queue"))
         self.assertEqual(MISFIRE, ("once", "skip"))
 
     def test_refusals(self):
         self.assertRaisesRegex(
-            RuleError, r"^overlap 'sometimes' is not a policy: give skip, queue or allow$",
+            RuleError, r"^overlap 'sometimes' is not a policy: give skip, buffer_one,"
+                       r" buffer_all, cancel_other, terminate_other, allow or queue$",
             parse_policy, "overlap", "sometimes")
         self.assertRaisesRegex(
             RuleError, r"^misfire 'ONCE' is not a policy: give once or skip$",
             parse_policy, "misfire", "ONCE")
         self.assertRaisesRegex(RuleError, "misfire None", parse_policy, "misfire", None)
+
+
+# jitter_offset("nightly", 3600), as it must stay.
+NIGHTLY_OFFSET = 593
+
+
+class JitterTests(unittest.TestCase):
+    def test_an_offset_stays_within_its_jitter_for_every_name(self):
+        for jitter in (1, 2, 7, 60, 3600, 86400):
+            offsets = [jitter_offset(f"s{n}", jitter) for n in range(500)]
+            self.assertTrue(all(0 <= o < jitter for o in offsets), jitter)
+            self.assertTrue(all(isinstance(o, int) for o in offsets))
+        self.assertEqual(jitter_offset("any", 0), 0)
+        self.assertEqual(jitter_offset("any", None), 0)
+
+    def test_offsets_spread_a_thousand_names_over_the_jitter(self):
+        offsets = [jitter_offset(f"daily-{n}", 3600) for n in range(1000)]
+        quarters = [sum(1 for o in offsets if q * 900 <= o < (q + 1) * 900) for q in range(4)]
+        self.assertTrue(all(200 < n < 300 for n in quarters), quarters)
+
+    def test_an_offset_is_the_same_for_a_name_in_any_case_and_any_process(self):
+        self.assertEqual(jitter_offset("Nightly", 3600), jitter_offset("nightly", 3600))
+        # Not Python's salted hash(): another interpreter gives the same.
+        import subprocess
+        import sys
+        other = subprocess.run(
+            [sys.executable, "-c", "from netweir_serve.schedules.times import jitter_offset;"
+             " print(jitter_offset('nightly', 3600))"],
+            capture_output=True, text=True, check=True, env={**os.environ,
+                                                              "PYTHONHASHSEED": "random"})
+        self.assertEqual(int(other.stdout), jitter_offset("nightly", 3600))
+        # A fixed value: a change of the hash would move every schedule.
+        self.assertEqual(jitter_offset("nightly", 3600), NIGHTLY_OFFSET)
+
+    def test_jitter_durations(self):
+        self.assertEqual([parse_jitter(t) for t in ("0", "90", "30s", "15m", "2h", "1d")],
+                         [0, 90, 30, 900, 7200, 86400])
+        for text, why in (("2d", "too long: the most is 1d"), ("soon", "not a duration"),
+                          ("1.5s", "not a whole number"), ("-5m", "not a duration")):
+            self.assertRaisesRegex(RuleError, f"^jitter '{text}' is {why}", parse_jitter, text)
+
+
+class DuesBetweenTests(unittest.TestCase):
+    def test_every_includes_from_excludes_to_and_runs_before_its_anchor(self):
+        rule = rule_of(every="1h", tz="UTC")
+        anchor = 100 * 3600.0
+        self.assertEqual(dues_between(rule, anchor, 97 * 3600.0, 100 * 3600.0, 100),
+                         [97 * 3600.0, 98 * 3600.0, 99 * 3600.0])
+        self.assertEqual(dues_between(rule, anchor, 97 * 3600.0 + 1, 99 * 3600.0 + 1, 100),
+                         [98 * 3600.0, 99 * 3600.0])
+
+    def test_cron_in_its_zone_and_one_more_than_asked_says_too_many(self):
+        rule = rule_of(cron="0 3 * * *", tz="Europe/Berlin")
+        start = datetime(2026, 3, 1, 3, tzinfo=rule.zone).timestamp()
+        end = datetime(2026, 3, 4, 3, tzinfo=rule.zone).timestamp()
+        dues = dues_between(rule, 0.0, start, end, 100)
+        self.assertEqual([datetime.fromtimestamp(d, rule.zone).day for d in dues], [1, 2, 3])
+        self.assertEqual(len(dues_between(rule, 0.0, start, start + 400 * 86400, 100)), 101)
+
+    def test_iso_instants_name_their_parameter(self):
+        berlin = parse_zone("Europe/Berlin")[1]
+        self.assertEqual(parse_instant("from", "2026-12-01T00:00:00Z", berlin),
+                         datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp())
+        self.assertEqual(parse_instant("from", "2026-12-01T01:00:00", berlin),
+                         datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp())
+        self.assertRaisesRegex(RuleError, "^parameter 'to': 'tomorrow' is not an ISO 8601",
+                               parse_instant, "to", "tomorrow", berlin)

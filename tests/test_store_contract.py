@@ -10,6 +10,7 @@ a backend keeps its data.
 """
 
 import os
+from dataclasses import replace
 import subprocess
 import sys
 import threading
@@ -1163,8 +1164,8 @@ class JobStoreContract:
         return found
 
     # Methods that change no job and no schedule, and so tell nothing.
-    READS = ("get", "schedule_jobs", "runs", "running", "jobs", "counts", "tally", "next_retry",
-             "get_schedule", "chain_firings",
+    READS = ("get", "schedule_jobs", "unfinished_schedule_jobs", "runs", "running", "jobs",
+             "counts", "tally", "next_retry", "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 
     def test_every_method_is_known_as_a_change_or_not(self):
@@ -1354,6 +1355,87 @@ class ScheduleStoreContract:
 
     def test_provides_the_schedule_interface(self):
         self.assertTrue(verifyObject(IScheduleStore, self.store))
+
+    @defer.inlineCallbacks
+    def test_an_edit_sets_its_fields_and_the_counts_only_grow(self):
+        old = yield self.store.add_schedule(schedule(runs=0))
+        edited = yield self.store.update_schedule(
+            "tick", seq=old.seq, kind="cron", rule="0 3 * * *", tz="Europe/Berlin", anchor=9.0,
+            overlap="buffer_all", misfire="skip", settings=(("B", "2"),), arguments=(),
+            priority=2.5, policy={"timeout": 60}, jitter=90.0, pause_after=3, note="edited",
+            next_due=30.0, buffered_added=2, caught_up_added=1, skipped_added=1)
+        self.assertEqual(edited, replace(old, kind="cron", rule="0 3 * * *", tz="Europe/Berlin",
+                                         anchor=9.0, overlap="buffer_all", misfire="skip",
+                                         settings=(("B", "2"),), arguments=(), priority=2.5,
+                                         policy={"timeout": 60}, jitter=90.0, pause_after=3,
+                                         note="edited", next_due=30.0, buffered=2,
+                                         caught_up=1, skipped=1))
+        self.assertEqual((yield self.store.get_schedule("tick")), edited)
+        for count in ("buffered", "caught_up", "failed_in_row_added"):
+            yield self.assertFailure(self.store.update_schedule("tick", **{count: 5}), TypeError)
+
+    @defer.inlineCallbacks
+    def test_a_schedules_unfinished_jobs_oldest_first(self):
+        for jobid, name in (("a", "Nightly"), ("b", "other"), ("c", "Nightly"), ("d", "Nightly")):
+            yield self.store.add(replace(record(jobid), schedule=name))
+        yield self.store.claim_next(NODE_A, ["shop"], 1.0)
+        yield self.store.cancel_pending("d", 2.0)
+        self.assertEqual((yield self.store.unfinished_schedule_jobs("Nightly")), ["a", "c"])
+        self.assertEqual((yield self.store.get("a")).state, "running")
+        self.assertEqual((yield self.store.unfinished_schedule_jobs("none")), [])
+
+    @defer.inlineCallbacks
+    def end_run(self, jobid, outcome, reason=None, policy=None, now=100.0):
+        yield self.store.add(self.retrying(jobid, policy=policy or {}, schedule="Tick"))
+        ended = yield self.run_and_end(jobid, now, outcome=outcome, reason=reason or (
+            "exit 0" if outcome == "finished" else "exit 1"))
+        return ended
+
+    @defer.inlineCallbacks
+    def test_pause_after_pauses_in_the_transaction_of_the_second_bad_end(self):
+        yield self.store.add_schedule(schedule("tick", pause_after=2))
+        first = yield self.end_run("t1", "failed")
+        self.assertIsNone(first.paused_schedule)
+        self.assertEqual((yield self.store.get_schedule("tick")).failed_in_row, 1)
+        yield self.end_run("t2", "finished")
+        self.assertEqual((yield self.store.get_schedule("tick")).failed_in_row, 0)
+        yield self.end_run("t3", "failed")
+        # A cancel says nothing of the spider: the streak stays.
+        yield self.end_run("t4", "cancelled", reason="cancel.json")
+        self.assertEqual((yield self.store.get_schedule("tick")).failed_in_row, 1)
+        version = self.store.version
+        last = yield self.end_run("t5", "failed", reason="exit 3")
+        self.assertNotEqual(self.store.version, version)
+        paused = yield self.store.get_schedule("tick")
+        self.assertEqual(last.paused_schedule, paused)
+        self.assertEqual((paused.paused, paused.failed_in_row, paused.note),
+                         (True, 2, "paused after 2 runs in a row failed or degraded;"
+                          " the last: t5 (failed, exit 3)"))
+        # Paused once: a later bad end counts, and pauses nothing again.
+        later = yield self.end_run("t6", "failed")
+        self.assertIsNone(later.paused_schedule)
+        self.assertEqual((yield self.store.get_schedule("tick")).failed_in_row, 3)
+
+    @defer.inlineCallbacks
+    def test_a_retried_attempt_is_not_counted_its_final_one_is(self):
+        yield self.store.add_schedule(schedule("tick", pause_after=1))
+        ended = yield self.end_run("r", "failed", policy={"retries": 1, "backoff": 1})
+        self.assertIsNotNone(ended.retry)
+        self.assertEqual((yield self.store.get_schedule("tick")).failed_in_row, 0)
+        final = yield self.run_and_end("r.r1", 200.0)
+        self.assertIsNone(final.retry)
+        self.assertEqual(final.paused_schedule.note,
+                         "paused after 1 run in a row failed or degraded; the last: r.r1"
+                         " (failed, exit 1)")
+
+    @defer.inlineCallbacks
+    def test_without_pause_after_the_streak_is_kept_and_nothing_pauses(self):
+        yield self.store.add_schedule(schedule("tick"))
+        for n in range(3):
+            ended = yield self.end_run(f"n{n}", "failed")
+            self.assertIsNone(ended.paused_schedule)
+        found = yield self.store.get_schedule("tick")
+        self.assertEqual((found.paused, found.failed_in_row), (False, 3))
 
     @defer.inlineCallbacks
     def test_schedules_are_added_read_listed_and_deleted_ignoring_case(self):

@@ -24,7 +24,6 @@ runs have the number it compares; a run no check applies to is healthy,
 so first runs build the history.
 """
 
-import statistics
 from dataclasses import dataclass
 
 from ..reliability.policy import MIN_HISTORY
@@ -56,7 +55,17 @@ def median_of(history, name):
     values = [getattr(run, name) for run in history if getattr(run, name) is not None]
     if len(values) < MIN_HISTORY:
         return None, len(values)
-    return statistics.median(values), len(values)
+    return _median(values), len(values)
+
+
+def _median(values):
+    # statistics.median would import fractions (and decimal, numbers) into
+    # the idle daemon, for one sort and a mean (tests.test_idle_imports).
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def medians_of(history):

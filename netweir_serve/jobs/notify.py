@@ -13,6 +13,12 @@ top-level ``retry``: ``{"id": ..., "not_before": ...}`` (the time as
 ``X-Netweir-Signature: sha256=HEX``, the HMAC-SHA256 of the body's bytes
 under the secret, for the receiver to check the POST is the service's.
 
+When a job's end paused its schedule (``pause_after``), a second POST
+follows, whatever --notify-on says: ``{"event": "schedule_paused",
+"node_name": ..., "text": ..., "schedule": {"name", "project", "spider",
+"note", "pause_after", "failed_in_row"}, "job": ID}`` (``job``: the run
+whose end paused it; ``text`` one line for people, with the note).
+
 Sent with Twisted's Agent, on the reactor, never blocking it. Each try has
 ``timeout`` seconds (10) for the whole answer. A refused connection, a
 timeout, any other failure to connect or a 5xx answer is tried again
@@ -144,11 +150,28 @@ class Notifier:
 
     def job_heard(self, kind, record):
         # A health is chosen as an outcome is (--notify-on degraded).
-        if not {record.outcome, record.reason, record.health} & self._outcomes:
-            return
-        body = self.body(record)
-        for url in self._urls:
-            self.deliver(url, body, record.id)
+        if {record.outcome, record.reason, record.health} & self._outcomes:
+            body = self.body(record)
+            for url in self._urls:
+                self.deliver(url, body, record.id)
+        if record.paused_schedule is not None:
+            body = self.pause_body(record)
+            for url in self._urls:
+                self.deliver(url, body, record.id)
+
+    def pause_body(self, record):
+        """The schedule_paused notice of ``record``, whose end paused its
+        schedule (``record.paused_schedule``)."""
+        paused = record.paused_schedule
+        body = {"event": "schedule_paused", "node_name": self._node,
+                "text": f"schedule {paused.name} ({paused.project}/{paused.spider})"
+                        f" {paused.note}",
+                "schedule": {"name": paused.name, "project": paused.project,
+                             "spider": paused.spider, "note": paused.note,
+                             "pause_after": paused.pause_after,
+                             "failed_in_row": paused.failed_in_row},
+                "job": record.id}
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def body(self, record):
         entry = dict(self._describe(record))

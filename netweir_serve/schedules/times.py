@@ -33,13 +33,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
+from ..names import fold
+from ..reliability.policy import PolicyError, parse_duration
+
 # fractions (with decimal and numbers) and cronsim are imported by the
 # functions that use them, not here: the daemon imports this module at
 # start (for its local zone), and a service with no schedule, or none of
 # that kind, never needs them (0.5 MB of an idle daemon). A schedule read
 # at start or added by a request imports them once, in well under a ms.
 
-OVERLAP = ("skip", "queue", "allow")
+# Temporal's overlap policies, with ``queue`` (this service's first name
+# for buffer_one) kept as its other name: both are stored as given and do
+# the same (QUEUE_LIKE).
+OVERLAP = ("skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow",
+           "queue")
+QUEUE_LIKE = ("queue", "buffer_one")
 MISFIRE = ("once", "skip")
 POLICIES = {"overlap": OVERLAP, "misfire": MISFIRE}
 
@@ -103,6 +111,38 @@ def format_every(seconds):
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+# The longest jitter: a day spreads @daily schedules over the whole day.
+MAX_JITTER = 86400
+
+
+def parse_jitter(text):
+    """The whole seconds (an int, 0 to a day) of a ``jitter`` duration,
+    written as a policy's durations are (``90``, ``30s``, ``15m``, ``2h``,
+    ``1d``)."""
+    try:
+        seconds = parse_duration("jitter", text, least=0)
+    except PolicyError as e:
+        raise RuleError(e.message) from None
+    if seconds > MAX_JITTER:
+        raise RuleError(f"jitter {text!r} is too long: the most is 1d")
+    return seconds
+
+
+def jitter_offset(name, jitter):
+    """The fixed delay, whole seconds in [0, ``jitter``), after each due
+    time at which schedule ``name`` starts its job: from a SHA-256 of its
+    folded name, so the same on every node and across restarts (Python's
+    hash() of a string is not: it is salted per process), as systemd's
+    FixedRandomDelay=."""
+    if not jitter or jitter < 1:
+        return 0
+    import hashlib
+
+    digest = hashlib.sha256(fold(name).encode("utf-8")).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2.0 ** 64
+    return min(int(fraction * jitter), int(math.ceil(jitter)) - 1)
 
 
 # -- cron -------------------------------------------------------------------
@@ -415,6 +455,29 @@ def _steps(t, anchor, interval):
     return k
 
 
+def dues_between(rule, anchor, start, end, most):
+    """The due times of ``rule`` in [``start``, ``end``), oldest first, but
+    no more than ``most`` + 1 (one more than a caller takes says there are
+    too many). An every rule's grid runs on before its anchor too: a
+    backfill may ask for the days before the schedule was added."""
+    dues = []
+    if rule.interval is not None:
+        k = _steps(start, anchor, rule.interval)
+        if anchor + k * rule.interval < start:
+            k += 1
+        due = anchor + k * rule.interval
+    else:
+        due = rule.next_after(start - 0.001, anchor)
+    while due < end and len(dues) <= most:
+        dues.append(due)
+        if rule.interval is not None:
+            k += 1
+            due = anchor + k * rule.interval
+        else:
+            due = rule.next_after(due, anchor)
+    return dues
+
+
 def rule_of(cron=None, every=None, tz=None, environ=None, root="/"):
     """The Rule for exactly one of ``cron`` and ``every`` in zone ``tz``
     (None: the local zone); a RuleError naming what is wrong."""
@@ -486,6 +549,26 @@ def job_id_for(name, due):
     ``NAME-YYYYMMDDTHHMMSSZ``, the due time in UTC to the second."""
     stamp = datetime.fromtimestamp(math.floor(due), timezone.utc)
     return f"{name}-{stamp:%Y%m%dT%H%M%SZ}"
+
+
+def parse_instant(param, text, zone):
+    """Epoch seconds of the ISO 8601 time ``text`` given as parameter
+    ``param`` (``2026-12-01T03:00:00+01:00``, ``...Z``, or without an
+    offset: a local time in ``zone``, the earlier of a repeated one); a
+    RuleError naming the parameter."""
+    if not isinstance(text, str) or not text.strip():
+        raise RuleError(f"parameter {param!r} is missing: give an ISO 8601 time")
+    written = text.strip()
+    if written[-1:] in "zZ":
+        written = written[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(written)
+    except ValueError:
+        raise RuleError(f"parameter {param!r}: {text!r} is not an ISO 8601 time"
+                        " (2026-12-01T03:00:00+01:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return moment.timestamp()
 
 
 def iso_time(t, zone):

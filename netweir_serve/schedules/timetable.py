@@ -18,7 +18,7 @@ the spider and queues the job.
 
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -29,12 +29,16 @@ from ..store.records import DuplicateJob, Refusal
 from ..jobs.submit import JobRequest, SubmitRefused
 from ..reliability.policy import JobPolicy
 from ..names import MAX_JOB_ID_LENGTH, fold, name_problem
-from . import chains, times
+from . import chains, edits, times
+from .overlap import plan_for
 from ..store.schedule_records import DuplicateSchedule, ScheduleRecord
 
 # A schedule's jobs are named NAME-YYYYMMDDTHHMMSSZ: 17 more characters,
 # which must still pass the name rule.
 MAX_SCHEDULE_NAME = MAX_JOB_ID_LENGTH - len("-20260101T000000Z")
+
+# The most jobs one backfillschedule.json queues.
+MAX_BACKFILL = 100
 
 # After a firing that failed for want of the job table (locked, full), the
 # schedule is tried again this much later rather than at once.
@@ -77,6 +81,8 @@ class ScheduleRequest:
     # every, and the ``on`` parameters as given (schedules.chains).
     after: str = None
     on: tuple = ()
+    jitter: str = None
+    pause_after: str = None
 
 
 def rule_of_record(record):
@@ -128,13 +134,16 @@ class Timetable:
     after a schedule is added, changed by a firing, paused, resumed or
     deleted here (for the dashboard's events and the metrics);
     ``on_change_elsewhere(record)`` after ``reload`` found one another node
-    added, changed or deleted (for the dashboard's events)."""
+    added, changed or deleted (for the dashboard's events). ``cancel`` is
+    IScheduler.cancel (``cancel(jobid, now=False)``), for the overlap
+    policies cancel_other and terminate_other."""
 
     log = Logger()
 
     def __init__(self, store, submitter, clock, local_zone="UTC", on_change=None,
-                 on_change_elsewhere=None, wall=None):
+                 on_change_elsewhere=None, wall=None, cancel=None):
         self._store = store
+        self._cancel = cancel
         self._submitter = submitter
         self._clock = clock
         self._wall = clock if wall is None else wall
@@ -300,7 +309,8 @@ class Timetable:
             return None
         if record.next_due is None:
             return None
-        return max(record.next_due, self._retry_at.get(key, record.next_due))
+        starts = record.next_due + times.jitter_offset(record.name, record.jitter)
+        return max(starts, self._retry_at.get(key, starts))
 
     def _arm(self):
         if self._timer is not None and self._timer.active():
@@ -367,6 +377,9 @@ class Timetable:
         if record is None:
             return
         rule = self._rules[fold(record.name)]
+        # A schedule with jitter lives on its due times moved by its offset:
+        # what is due is what has started by now.
+        now -= times.jitter_offset(record.name, record.jitter)
         due, next_due = decide(rule, record.anchor, record.next_due, record.last_due, now,
                                record.misfire)
         if due is None and next_due == record.next_due:
@@ -382,6 +395,10 @@ class Timetable:
         # Held as the row is now, said once the firing is done.
         self._keep(claimed, announce=False)
         changes = {} if due is None else (yield self._queue(claimed, due))
+        grace = 0.0 if decide is times.catch_up else times.GRACE
+        if due is not None and changes.get("runs_added") and now - due > grace:
+            # A run made up for (misfire=once), at start or after a long stall.
+            changes["caught_up_added"] = 1
         if changes:
             yield self._update(claimed, **changes)
         else:
@@ -403,7 +420,8 @@ class Timetable:
         return self.queue_job(record, times.job_id_for(record.name, due))
 
     @defer.inlineCallbacks
-    def queue_job(self, record, jobid, arguments=(), upstream=None):
+    def queue_job(self, record, jobid, arguments=(), upstream=None, overlap=None,
+                  current=True):
         """Queues a job of schedule ``record`` called ``jobid`` (a firing's,
         a run asked now, a chain's), as its overlap policy allows, with
         ``arguments`` (pairs) after the schedule's own and, for a chain's,
@@ -411,29 +429,35 @@ class Timetable:
         changes (for ``update_schedule``): a job counted once, a skip, or
         the error that queued nothing. The id is the duplicate guard: a job
         of that id queued before (a restart, another node) is not queued
-        again, and is counted once."""
-        existing = yield self._store.get(jobid)
-        if existing is not None:
-            # Queued before a restart (or by another node): not again, and
-            # counted once.
-            if record.last_job == jobid:
-                return {}
-            return {"runs_added": 1, "last_job": jobid, "error": None}
+        again, and is counted once. ``overlap`` in place of the schedule's
+        own (a backfill's buffer_all); schedules.overlap says what each
+        does. With ``current`` (a firing's), nothing is queued once the
+        schedule is paused or deleted meanwhile; a run asked by name (now,
+        a backfill) is queued while it exists."""
+        if (yield self._store.get(jobid)) is not None:
+            return self._queued_before(record, jobid)
         pending, running = yield self._store.schedule_jobs(record.name)
-        if (record.overlap == "skip" and pending + running) or (
-                record.overlap == "queue" and pending):
+        plan = plan_for(overlap or record.overlap, pending, running)
+        if plan.skip and (yield self._store.get(jobid)) is not None:
+            # The job seen waiting is this very one, queued meanwhile by
+            # another node making the same firing: counted, not a skip.
+            return self._queued_before(record, jobid)
+        if plan.skip:
             self.log.info("schedule {name}: skipped the run {jobid}, its last job is"
                           " still {state}", name=record.name, jobid=jobid,
                           state="pending" if pending else "running")
             return {"skipped_added": 1}
+        if plan.cancel:
+            if not self._may_queue(record, current):
+                return {}
+            yield self._cancel_others(record, jobid, plan.kill)
         request = JobRequest(
             project=record.project, spider=record.spider, settings=record.settings,
             arguments=tuple(record.arguments) + tuple(arguments), jobid=jobid,
             priority=record.priority, schedule=record.name,
-            schedule_locks=(policies.schedule_lock(record.name),)
-            if record.overlap == "queue" else (),
+            schedule_locks=(policies.schedule_lock(record.name),) if plan.locked else (),
             policy=JobPolicy.from_json(record.policy), upstream=upstream)
-        if self._current(record) is None:
+        if not self._may_queue(record, current):
             return {}  # deleted or paused while its firing was looked at
         try:
             job = yield self._submitter.submit(request)
@@ -444,7 +468,43 @@ class Timetable:
                           name=record.name, jobid=jobid, why=e.message)
             return {"error": e.message}
         self.log.info("schedule {name} queued job {jobid}", name=record.name, jobid=job.id)
-        return {"runs_added": 1, "last_job": job.id, "error": None}
+        changes = {"runs_added": 1, "last_job": job.id, "error": None}
+        if plan.buffered:
+            changes["buffered_added"] = 1
+        return changes
+
+    @staticmethod
+    def _queued_before(record, jobid):
+        # Queued before a restart (or by another node): not again, and
+        # counted once.
+        if record.last_job == jobid:
+            return {}
+        return {"runs_added": 1, "last_job": jobid, "error": None}
+
+    def _may_queue(self, record, current):
+        # A run asked by name (now, a backfill) read the schedule from the
+        # table as it was asked: this node may not have heard of it yet.
+        return not current or self._current(record) is not None
+
+    @defer.inlineCallbacks
+    def _cancel_others(self, record, jobid, kill):
+        """Cancels (``kill``: kills at once) the jobs of ``record`` that
+        wait or run, for its new job ``jobid``; on a cluster, one running
+        on another node is asked through the table (IScheduler.cancel). A
+        cancel that fails is logged: the new job still waits for the lock."""
+        for other in (yield self._store.unfinished_schedule_jobs(record.name)):
+            if fold(other) == fold(jobid):
+                continue  # the new job itself, queued meanwhile by another node
+            try:
+                was = yield self._cancel(other, now=kill)
+            except Exception:
+                self.log.failure("schedule {name}: could not cancel job {other} for {jobid}",
+                                 name=record.name, other=other, jobid=jobid)
+                continue
+            if was is not None:
+                self.log.info("schedule {name}: {how} its job {other} ({was}) for {jobid}",
+                              name=record.name, how="killed" if kill and was == "running"
+                              else "cancelled", other=other, was=was, jobid=jobid)
 
     @defer.inlineCallbacks
     def _update(self, record, **changes):
@@ -520,6 +580,8 @@ class Timetable:
             overlap = times.parse_policy("overlap", request.overlap or "skip")
             misfire = times.parse_policy("misfire", request.misfire or "once")
             chain_on = chains.parse_on(request.on) if request.after is not None else ()
+            jitter = times.parse_jitter(request.jitter) if request.jitter is not None else 0
+            pause_after = edits.parse_pause_after(request.pause_after)
         except (times.RuleError, chains.ChainError) as e:
             raise ScheduleRefused(str(e)) from None
         if request.after is not None and chains.UPSTREAM_ARGUMENT in dict(request.arguments):
@@ -543,7 +605,8 @@ class Timetable:
             rule=rule.text, tz=rule.zone_name, overlap=overlap, misfire=misfire,
             settings=tuple(request.settings), arguments=tuple(request.arguments),
             priority=float(request.priority), anchor=anchor, next_due=rule.first_due(anchor),
-            created=self._wall.seconds(), policy=own.to_json(), chain_on=chain_on))
+            created=self._wall.seconds(), policy=own.to_json(), chain_on=chain_on,
+            jitter=float(jitter), pause_after=pause_after))
         self._remember(record)
         self.log.info("schedule {name} added: {project}/{spider} {kind}={rule} ({tz})",
                       name=record.name, project=record.project, spider=record.spider,
@@ -599,13 +662,17 @@ class Timetable:
         return record
 
     @defer.inlineCallbacks
-    def pause(self, project, name):
-        """Stops schedule ``name`` firing until resumed; fires with the record."""
+    def pause(self, project, name, note=None):
+        """Stops schedule ``name`` firing until resumed, with ``note`` (why,
+        for listschedules.json; a paused one takes the new note); fires
+        with the record."""
         record = yield self._own(project, name)
         if record.paused:
-            return record
+            if note is None or note == record.note:
+                return record
+            return (yield self._update(record, note=note))
         self._stop_firing(fold(record.name))
-        updated = yield self._update(record, paused=True)
+        updated = yield self._update(record, paused=True, note=note)
         self._arm()
         self.log.info("schedule {name} paused", name=record.name)
         return updated
@@ -613,7 +680,9 @@ class Timetable:
     @defer.inlineCallbacks
     def resume(self, project, name):
         """Fires schedule ``name`` again from its next due time after now
-        (the runs due while it was paused are not made up for)."""
+        (the runs due while it was paused are not made up for). Its note
+        goes, and its streak of bad runs starts again from 0 (pause_after
+        counts the runs after the resume)."""
         record = yield self._own(project, name)
         if not record.paused:
             return record
@@ -621,8 +690,141 @@ class Timetable:
         next_due = record.next_due
         if rule is not None:
             next_due = rule.next_after(self._wall.seconds(), record.anchor)
-        updated = yield self._update(record, paused=False, next_due=next_due)
+        updated = yield self._update(record, paused=False, next_due=next_due, note=None,
+                                     failed_in_row=0)
         self._arm()
         self.log.info("schedule {name} resumed", name=record.name)
         return updated
 
+    @defer.inlineCallbacks
+    def edit(self, project, name, given):
+        """Changes the parameters ``given`` ({name: value}, edits.EDITABLE;
+        values as addschedule.json's parameters give them) of schedule
+        ``name``; the others, its counts, and whether it is paused stay.
+        Its next due time is computed afresh. Checked as ``add`` checks (the
+        spider again, through the submitter); nothing is stored on a
+        refusal. Fires with the new record; fails as ``add`` does, or with
+        UnknownSchedule."""
+        record = yield self._own(project, name)
+        try:
+            changes = edits.edit_changes(record, given, self._wall.seconds(), rule_of_record)
+        except times.RuleError as e:
+            raise ScheduleRefused(str(e)) from None
+        edited = replace(record, **changes)
+        if edited.kind == chains.CHAIN_KIND and chains.UPSTREAM_ARGUMENT in dict(
+                edited.arguments):
+            raise ScheduleRefused(
+                f"parameter {chains.UPSTREAM_ARGUMENT!r}: a chain's jobs get it, set to the"
+                " upstream job's id; it cannot be one of the schedule's own arguments")
+        checked = yield self._submitter.check(JobRequest(
+            project=record.project, spider=record.spider, settings=edited.settings,
+            arguments=edited.arguments, priority=edited.priority))
+        if given.get("after") is not None:
+            # Checked and named as add names it, a loop refused.
+            rule = yield self._chain_rule(_ChainRule(text=given["after"], zone_name=edited.tz),
+                                          record.project, record.name, record.spider,
+                                          given["after"])
+            changes["rule"] = rule.text
+        self._submitter.policy_of(record.project, checked.spider,
+                                  JobPolicy.from_json(edited.policy))
+        updated = yield self._store.update_schedule(record.name, seq=record.seq, **changes)
+        if updated is None:
+            raise UnknownSchedule(f"no schedule {name!r} in project {project!r}")
+        if fold(updated.name) in self._schedules:
+            self._remember(updated)
+        self._arm()
+        self.log.info("schedule {name} edited: {keys}", name=updated.name,
+                      keys=", ".join(sorted(given)))
+        self._on_change(updated)
+        return updated
+
+    @defer.inlineCallbacks
+    def run_now(self, project, name):
+        """Queues one job of schedule ``name`` now, as a firing would (its
+        overlap applies), named after the current time
+        (``NAME-YYYYMMDDTHHMMSSZ``); a paused schedule runs too (asked by
+        name). Fires with ``(record, jobid, changes)``: the job's id and
+        what happened (``runs_added``, ``skipped_added``, or ``error``: why
+        no job could be queued, with nothing written)."""
+        record = yield self._own(project, name)
+        jobid = times.job_id_for(record.name, self._wall.seconds())
+        if (yield self._store.get(jobid)) is not None:
+            return record, jobid, {}
+        changes = yield self.queue_job(record, jobid, overlap=None, current=False)
+        if changes.get("error"):
+            # Refused (the spider is gone, say): the caller hears why, and
+            # the schedule's own error stays its firings'.
+            return record, jobid, changes
+        # Not its last_job: that is its last firing's (a restart counts a
+        # firing's job by it).
+        changes.pop("last_job", None)
+        updated = (yield self._update(record, **changes)) if changes else record
+        return (updated or record), jobid, changes
+
+    @defer.inlineCallbacks
+    def backfill(self, project, name, start_text, end_text):
+        """Queues a job of schedule ``name`` for each of its due times in
+        [``start_text``, ``end_text``) (ISO 8601 times, ``from`` and ``to``;
+        without an offset, in the schedule's zone), each named after its due time
+        as its firing would be, so a due time already queued (a backfill
+        repeated, or a firing that ran) is not queued again. Every job
+        queued holds the schedule's lock (overlap buffer_all, whatever the
+        schedule's own): they run one after another, oldest first, after
+        any job of it already waiting or running. Fires with ``(record,
+        queued, already)``: the ids queued, and the due times whose job
+        existed. ScheduleRefused for a reversed range or more than
+        MAX_BACKFILL due times; nothing is queued then."""
+        record = yield self._own(project, name)
+        zone = self.zone_of(record)
+        try:
+            start = times.parse_instant("from", start_text, zone)
+            end = times.parse_instant("to", end_text, zone)
+        except times.RuleError as e:
+            raise ScheduleRefused(str(e)) from None
+        if end <= start:
+            raise ScheduleRefused(f"parameter 'to': {end_text!r} is not later than 'from'"
+                                  f" {start_text!r} (the range is [from, to))")
+        try:
+            rule = rule_of_record(record)
+        except times.RuleError as e:
+            raise ScheduleRefused(f"schedule {record.name!r} has no due times to backfill:"
+                                  f" {e}") from None
+        dues = times.dues_between(rule, record.anchor, start, end, MAX_BACKFILL)
+        if len(dues) > MAX_BACKFILL:
+            raise ScheduleRefused(
+                f"parameter 'to': the range holds more than {MAX_BACKFILL} due times;"
+                " backfill it in parts")
+        queued, already, runs = [], [], 0
+        for due in dues:
+            jobid = times.job_id_for(record.name, due)
+            if (yield self._store.get(jobid)) is not None:
+                already.append(due)
+                continue
+            changes = yield self.queue_job(record, jobid, overlap="buffer_all", current=False)
+            if changes.get("error"):
+                raise ScheduleRefused(f"backfill stopped at {jobid}: {changes['error']}"
+                                      + (f" ({len(queued)} queued before it)" if queued
+                                         else ""))
+            if changes.get("runs_added"):
+                queued.append(jobid)
+                runs += 1
+        updated = record
+        if runs:
+            updated = (yield self._update(record, runs_added=runs)) or record
+        self.log.info("schedule {name}: backfilled {n} job(s), {m} due time(s) queued before",
+                      name=record.name, n=len(queued), m=len(already))
+        return updated, queued, already
+
+    def heard_paused(self, record):
+        """A job's end paused schedule ``record`` (its pause_after: the
+        store did it, in the end's transaction): its firings stop here now."""
+        key = fold(record.name)
+        held = self._schedules.get(key)
+        if held is None or held.seq != record.seq:
+            return
+        self._stop_firing(key)
+        self._schedules[key] = record
+        self._arm()
+        self.log.warn("schedule {name} paused itself: {note}", name=record.name,
+                      note=record.note)
+        self._on_change(record)

@@ -94,8 +94,14 @@ SCHEDULE_FIELDS = (
     ("note", PLAIN), ("failed_in_row", PLAIN), ("buffered", PLAIN), ("caught_up", PLAIN),
 )
 
-# What update_schedule may set; runs and skipped only grow.
-SCHEDULE_SETTABLE = ("paused", "next_due", "last_due", "last_job", "error")
+# What update_schedule may set: a firing's fields, a pause's, and what
+# editschedule.json changes; the counts (runs, skipped, buffered,
+# caught_up) only grow, through its ``*_added``.
+SCHEDULE_SETTABLE = ("paused", "next_due", "last_due", "last_job", "error", "note",
+                     "kind", "rule", "tz", "anchor", "overlap", "misfire", "settings",
+                     "arguments", "priority", "policy", "jitter", "pause_after",
+                     "failed_in_row", "chain_on")
+SCHEDULE_COUNTS = ("skipped", "buffered", "caught_up")
 
 # How each backend stores each kind: (to_db, from_db). Pairs and JSON
 # values are JSON text in both; SQLite has no booleans and no arrays (a

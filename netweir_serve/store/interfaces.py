@@ -93,6 +93,10 @@ class IJobStore(Interface):
         health.checks.RunCounts of the last ``history`` healthy runs, the
         ones its next run's drop and slower checks compare with."""
 
+    def unfinished_schedule_jobs(name):
+        """The ids of the jobs of schedule ``name`` that wait or run, oldest
+        first (for its overlap cancel_other and terminate_other)."""
+
     def mark_started(jobid, pid, proc_start=None):
         """Records the pid of a claimed job's process, and its identity
         (``_proctree.start_time``). Fires with the record."""
@@ -196,9 +200,11 @@ class IScheduleStore(Interface):
         took it (it alone fires ``due``), or None when another firing (a
         node's) took it first or the schedule changed meanwhile."""
 
-    def update_schedule(name, seq=None, runs_added=0, skipped_added=0, **changes):
-        """Sets the fields ``changes`` names (paused, next_due, last_due,
-        last_job, error) and adds ``runs_added`` and ``skipped_added`` to the
+    def update_schedule(name, seq=None, runs_added=0, skipped_added=0, buffered_added=0,
+                        caught_up_added=0, **changes):
+        """Sets the fields ``changes`` names (columns.SCHEDULE_SETTABLE: a
+        firing's, a pause's, an edit's) and adds ``runs_added``,
+        ``skipped_added``, ``buffered_added`` and ``caught_up_added`` to the
         counts, of the schedule ``name`` (and, given, ``seq``: not a later
         one of the same name); with ``last_job`` the same as the stored one,
         ``runs_added`` adds nothing (that job was counted). Fires with the

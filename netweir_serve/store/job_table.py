@@ -28,7 +28,7 @@ from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
 from .records import (
     CANCELLED_BY_USER, FINISHED, FINISHED_OUTCOME, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .retrying import retry_after
-from . import chain_firings
+from . import chain_firings, schedule_streaks
 from ..health.checks import RunCounts, judge
 from ..health.counts import counts_of
 from ..reliability.policy import JobPolicy
@@ -133,7 +133,10 @@ class JobTable:
         retry = retry_after(record, self._jitter())
         added = None if retry is None else tx.one(_ADD_RETRY, self._inserted(retry))
         if added is None:
-            # Its final attempt: the chains after it are owed their firing.
+            # Its final attempt: counted in its schedule's streak of bad
+            # runs, and the chains after it are owed their firing.
+            record = schedule_streaks.counted(tx, record, self._schedule_columns,
+                                              self._schedule)
             return chain_firings.write_owed(tx, record, self._schedule)
         tx.changed(QUEUED, retry.id)
         return replace(record, retry=replace(retry, seq=added[0]))
@@ -415,6 +418,11 @@ class JobTable:
             return listed, self._history(tx, of, int(history), seq=-1)
 
         return self._read_statements(read)
+
+    def unfinished_schedule_jobs(self, name):
+        return self._read_statements(lambda tx: [row[0] for row in tx.all(
+            "SELECT id FROM jobs WHERE schedule = %(name)s AND state != %(finished)s"
+            " ORDER BY seq", {"name": name, "finished": FINISHED})])
 
     def jobs(self, project=None):
         where, params = [], {}

@@ -129,3 +129,6 @@ class JobRecord:
     # names of the chain schedules whose firing it wrote to the outbox in
     # the same transaction (store.chain_firings).
     chain_firings: tuple = field(default=(), compare=False, repr=False)
+    # Not a column: on the record of a final end, the ScheduleRecord that
+    # end paused (its pause_after reached: store.schedule_streaks), or None.
+    paused_schedule: object = field(default=None, compare=False, repr=False)

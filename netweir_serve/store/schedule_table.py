@@ -22,11 +22,14 @@ from twisted.internet import defer
 from ..names import fold
 from .schedule_records import DuplicateSchedule, ScheduleRecord
 from .chain_firings import ChainFiring
-from .columns import CLAIM_FIRING, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, record_of
+from .columns import (
+    CLAIM_FIRING, SCHEDULE_COUNTS, SCHEDULE_FIELDS, SCHEDULE_SETTABLE, record_of)
 from .notices import SCHEDULE
 
 _NAMES = tuple(name for name, _ in SCHEDULE_FIELDS)
 _SELECT = ", ".join(_NAMES)
+# Every column of a schedule, in ScheduleRecord's order (for a RETURNING).
+SCHEDULE_SELECT = _SELECT
 _INSERTED = tuple(name for name in _NAMES if name != "seq")
 _INSERT = (f"INSERT INTO schedules (key, project_key, {', '.join(_INSERTED)})"
            f" VALUES (%(key)s, %(project_key)s, {', '.join(f'%({n})s' for n in _INSERTED)})"
@@ -74,16 +77,19 @@ class ScheduleTable:
             f"SELECT {_SELECT} FROM schedules {where} ORDER BY seq",
             {"project": None if project is None else fold(project)})])
 
-    def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, **changes):
+    def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, buffered_added=0,
+                        caught_up_added=0, **changes):
         try:
-            statement, values = self._update(name, seq, runs_added, skipped_added, changes)
+            statement, values = self._update(
+                name, seq, runs_added, (skipped_added, buffered_added, caught_up_added), changes)
         except TypeError as e:
             return defer.fail(e)
         return self._write_statements(lambda tx: self._changed(tx, tx.one(statement, values)))
 
-    def _update(self, name, seq, runs_added, skipped_added, changes):
-        """(statement, values) of update_schedule; TypeError for a field
-        it may not set."""
+    def _update(self, name, seq, runs_added, counts_added, changes):
+        """(statement, values) of update_schedule (``counts_added`` those
+        of SCHEDULE_COUNTS, in order); TypeError for a field it may not set."""
+        added = dict(zip(SCHEDULE_COUNTS, counts_added))
         unknown = set(changes) - set(SCHEDULE_SETTABLE)
         if unknown:
             raise TypeError(f"not a settable field: {', '.join(sorted(unknown))}")
@@ -95,9 +101,10 @@ class ScheduleTable:
         runs = "%(runs)s"
         if "last_job" in changes:
             runs = "CASE WHEN last_job = %(set_last_job)s THEN 0 ELSE %(runs)s END"
-        assignments += [f"runs = runs + {runs}", "skipped = skipped + %(skipped)s"]
-        values.update(runs=int(runs_added), skipped=int(skipped_added), key=fold(name),
-                      seq=seq)
+        assignments.append(f"runs = runs + {runs}")
+        assignments += [f"{count} = {count} + %(add_{count})s" for count in SCHEDULE_COUNTS]
+        values.update({f"add_{count}": int(n) for count, n in added.items()})
+        values.update(runs=int(runs_added), key=fold(name), seq=seq)
         statement = (f"UPDATE schedules SET {', '.join(assignments)} WHERE {_WHOSE}"
                      f" RETURNING {_SELECT}")
         return statement, values
@@ -108,9 +115,10 @@ class ScheduleTable:
             " ORDER BY created, schedule_key, upstream", {})])
 
     def settle_chain_firing(self, name, upstream, seq=None, runs_added=0, skipped_added=0,
-                            **changes):
+                            buffered_added=0, caught_up_added=0, **changes):
         try:
-            statement, values = self._update(name, seq, runs_added, skipped_added, changes)
+            statement, values = self._update(
+                name, seq, runs_added, (skipped_added, buffered_added, caught_up_added), changes)
         except TypeError as e:
             return defer.fail(e)
 

@@ -44,6 +44,10 @@ log = Logger()
 
 PREFIX = "netweir_serve"
 
+# A schedule's counts (ScheduleRecord fields) that /metrics adds up by
+# project, and the ServiceMetrics counter of each.
+_SCHEDULE_COUNTS = {"skipped": "skips", "buffered": "buffers", "caught_up": "catch_ups"}
+
 # The text format generate_latest writes, by the name every scraper knows
 # (Prometheus 2 and 3, VictoriaMetrics, the OpenTelemetry collector);
 # prometheus_client's CONTENT_TYPE_LATEST says version=1.0.0 since 0.22.
@@ -126,7 +130,12 @@ class ServiceMetrics:
         self.firings = defaultdict(int)          # (project,)
         self.retries = defaultdict(int)          # (project, spider)
         self.skips = defaultdict(int)            # (project,)
-        self._skipped = {}                       # schedule key: skipped
+        self.buffers = defaultdict(int)          # (project,)
+        self.catch_ups = defaultdict(int)        # (project,)
+        self.pauses = defaultdict(int)           # (project,): pause_after reached
+        # {count: {schedule key: its count}}: what each had when last seen,
+        # so the counters grow by what changed here.
+        self._seen = {count: {} for count in _SCHEDULE_COUNTS}
 
     # -- hearing -------------------------------------------------------------------
 
@@ -150,6 +159,9 @@ class ServiceMetrics:
                 self.queue_wait.observe((record.project,),
                                         max(0.0, record.start_time - record.created))
             return
+        if record.paused_schedule is not None:
+            # Paused by this end, in its transaction: counted once.
+            self.pauses[(record.project,)] += 1
         key = (record.project, record.spider)
         self.ended[key + (record.outcome or "unknown", record.reason or "")] += 1
         if record.health == DEGRADED:
@@ -162,19 +174,22 @@ class ServiceMetrics:
         self.requests[key + ("failed",)] += _number(stats.get("failed"))
 
     def seed_schedules(self, records):
-        """What the schedules had skipped before the service started, so
-        that only what happens from now on is counted."""
+        """What the schedules had skipped, buffered and caught up before
+        the service started, so that only what happens from now on is
+        counted."""
         for record in records:
-            self._skipped.setdefault(fold(record.name), record.skipped)
+            for count, seen in self._seen.items():
+                seen.setdefault(fold(record.name), getattr(record, count))
 
     def schedule_changed(self, record):
         """A schedule changed here (its firings are counted as their jobs
         are queued)."""
         key = fold(record.name)
-        skipped = self._skipped.get(key, 0)
-        if record.skipped > skipped:
-            self.skips[(record.project,)] += record.skipped - skipped
-        self._skipped[key] = max(skipped, record.skipped)
+        for count, seen in self._seen.items():
+            before, now = seen.get(key, 0), getattr(record, count)
+            if now > before:
+                getattr(self, _SCHEDULE_COUNTS[count])[(record.project,)] += now - before
+            seen[key] = max(before, now)
 
     # -- rendering -----------------------------------------------------------------
 
@@ -255,6 +270,15 @@ class ServiceMetrics:
                             ["project"], self.firings)
         yield self._counter(f"{p}_schedule_skips", "Runs of recurring schedules skipped"
                             " (overlap)", ["project"], self.skips)
+        yield self._counter(f"{p}_schedule_buffers", "Jobs of recurring schedules queued"
+                            " behind a job of theirs that waited or ran (overlap"
+                            " buffer_one, buffer_all)", ["project"], self.buffers)
+        yield self._counter(f"{p}_schedule_catch_ups", "Runs of recurring schedules made"
+                            " up for after they were missed (misfire=once)", ["project"],
+                            self.catch_ups)
+        yield self._counter(f"{p}_schedule_pauses", "Recurring schedules that paused"
+                            " themselves (pause_after runs in a row failed or degraded)",
+                            ["project"], self.pauses)
         yield self._counter(f"{p}_listing_builds", "Listings built from the job table"
                             " rather than answered from a cache, by endpoint", ["endpoint"],
                             {(name,): n for name, n in self._listing_builds.counts.items()})

@@ -1,6 +1,10 @@
-"""The recurring schedules' endpoints: add, list, delete, pause, resume."""
+"""The recurring schedules' endpoints: add, edit, list, delete, pause,
+resume, run now and backfill."""
 
+from ..names import fold
 from ..reliability.policy import KEYS as POLICY_KEYS
+from ..schedules.edits import TEXT_PARAMETERS
+from ..schedules.times import iso_time
 from ..schedules.timetable import ScheduleRequest
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -11,11 +15,24 @@ from .views import schedule_entry
 # argument of a schedule cannot take one of these names.
 # The policy keys (timeout, retries, memory...) are the schedule's jobs' policy.
 ADDSCHEDULE_PARAMETERS = ("project", "spider", "setting", "priority", "cron", "every", "tz",
-                          "name", "overlap", "misfire", "jobid", "after", "on",
-                          "_version") + POLICY_KEYS
+                          "name", "overlap", "misfire", "jobid", "after", "on", "_version",
+                          "jitter", "pause_after") + POLICY_KEYS
+# editschedule.json's: addschedule.json's (``spider`` is refused: a
+# schedule of another spider is another schedule).
+EDITSCHEDULE_PARAMETERS = ADDSCHEDULE_PARAMETERS
+# The longest note pauseschedule.json takes.
+MAX_NOTE = 500
 
 
-class AddSchedule(ApiEndpoint):
+class _ScheduleEndpoint(ApiEndpoint):
+    """An endpoint that answers with one schedule (listschedules.json's
+    entry, its times in its zone)."""
+
+    def _entry(self, record):
+        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+
+class AddSchedule(_ScheduleEndpoint):
     methods = (b"POST",)
 
     def answer(self, params, request):
@@ -33,19 +50,111 @@ class AddSchedule(ApiEndpoint):
             overlap=params.get("overlap"),
             misfire=params.get("misfire"),
             settings=tuple(params.settings()),
-            arguments=tuple((k, v) for k, v in params.pairs if k not in ADDSCHEDULE_PARAMETERS
-                            and not (k.startswith("_") and k[1:] in POLICY_KEYS)),
+            arguments=_arguments(params, ADDSCHEDULE_PARAMETERS),
             priority=params.priority(),
             policy=_policy(params),
             after=params.get("after"),
             # Repeated, comma-separated, or both (schedules.chains.parse_on).
             on=tuple(params.all("on")),
+            jitter=params.get("jitter"),
+            pause_after=params.get("pause_after"),
         )
         added = self.api.timetable.add(wanted)
         return added.addCallbacks(self._entry, refused)
 
-    def _entry(self, record):
-        return schedule_entry(record, self.api.timetable.zone_of(record))
+
+def _arguments(params, taken):
+    """The spider arguments: every parameter the endpoint does not take."""
+    return tuple((k, v) for k, v in params.pairs if k not in taken
+                 and not (k.startswith("_") and k[1:] in POLICY_KEYS))
+
+
+class EditSchedule(_ScheduleEndpoint):
+    """editschedule.json: ``project``, ``name`` and the parameters to change,
+    as addschedule.json takes them; the others stay (schedules.edits)."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        if params.get("spider") is not None:
+            raise ApiError(400, "parameter 'spider' cannot be edited: a schedule of another"
+                                " spider is another schedule (delschedule.json, then"
+                                " addschedule.json)")
+        if params.get("jobid") is not None:
+            raise ApiError(400, "editschedule.json takes no jobid: a schedule's jobs are"
+                                " named NAME-YYYYMMDDTHHMMSSZ after their due time")
+        given = {key: params.get(key) for key in TEXT_PARAMETERS
+                 if params.get(key) is not None}
+        if params.get("after") is not None:
+            given["after"] = params.get("after")
+        if params.all("on"):
+            # Repeated, comma-separated, or both (schedules.chains.parse_on).
+            given["on"] = tuple(params.all("on"))
+        if params.all("setting"):
+            given["settings"] = tuple(params.settings())
+        arguments = _arguments(params, EDITSCHEDULE_PARAMETERS)
+        if arguments:
+            given["arguments"] = arguments
+        if params.get("priority") is not None:
+            given["priority"] = params.priority()
+        policy = _policy(params)
+        if policy.as_dict():
+            given["policy"] = policy
+        if not given:
+            raise ApiError(400, "editschedule.json: give at least one parameter to change"
+                                " (cron, every, after, on, tz, overlap, misfire, setting,"
+                                " priority, jitter, pause_after, a policy key or spider"
+                                " arguments)")
+        edited = self.api.timetable.edit(project, name, given)
+        return edited.addCallbacks(self._entry, refused)
+
+
+class RunSchedule(_ScheduleEndpoint):
+    """runschedule.json: ``project``, ``name``: one job now, as a firing."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        ran = self.api.timetable.run_now(project, name)
+        return ran.addCallbacks(self._answer, refused)
+
+    def _answer(self, result):
+        record, jobid, changes = result
+        if changes.get("error"):
+            raise ApiError(400, f"schedule {record.name!r} queued no job: {changes['error']}")
+        answer = {"jobid": jobid, "queued": bool(changes.get("runs_added"))}
+        if changes.get("skipped_added"):
+            answer["why"] = ("skipped: a job of the schedule waits or runs"
+                             f" (overlap {record.overlap})")
+        elif not answer["queued"]:
+            answer["why"] = f"a job named {jobid!r} exists already (one a second)"
+        answer["schedule"] = self._entry(record)
+        return answer
+
+
+class BackfillSchedule(_ScheduleEndpoint):
+    """backfillschedule.json: ``project``, ``name``, ``from``, ``to``."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        for key in ("from", "to"):
+            if not params.get(key):
+                raise ApiError(400, f"parameter {key!r} is missing: give an ISO 8601 time")
+        filled = self.api.timetable.backfill(project, name, params.get("from"), params.get("to"))
+        return filled.addCallbacks(self._answer, refused)
+
+    def _answer(self, result):
+        record, queued, already = result
+        zone = self.api.timetable.zone_of(record)
+        return {"queued": queued, "already": [iso_time(due, zone) for due in already],
+                "schedule": schedule_entry(record, zone)}
 
 
 def _policy(params):
@@ -60,18 +169,39 @@ def _policy(params):
 
 
 class ListSchedules(ApiEndpoint):
+    """listschedules.json: every schedule, or a project's (``project``), or
+    one by ``name`` (any case; an empty list when there is none)."""
+
     def answer(self, params, request):
         project = params.name("project", required=False)
+        name = params.name("name", "schedule name", required=False)
         listed = self.api.timetable.schedules(project)
-        return listed.addCallbacks(self._entries, refused)
+        return listed.addCallbacks(self._entries, refused, callbackArgs=(name,))
 
-    def _entries(self, records):
+    def _entries(self, records, name):
         zone_of = self.api.timetable.zone_of
+        if name is not None:
+            records = [r for r in records if fold(r.name) == fold(name)]
         return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
 
 
-class ScheduleAction(ApiEndpoint):
-    """delschedule.json, pauseschedule.json, resumeschedule.json: ``project``
+class PauseSchedule(_ScheduleEndpoint):
+    """pauseschedule.json: ``project``, ``name`` and an optional ``note``."""
+
+    methods = (b"POST",)
+
+    def answer(self, params, request):
+        project = params.name("project")
+        name = params.name("name", "schedule name")
+        note = params.get("note") or None
+        if note is not None and len(note) > MAX_NOTE:
+            raise ApiError(400, f"parameter 'note' is longer than {MAX_NOTE} characters")
+        paused = self.api.timetable.pause(project, name, note=note)
+        return paused.addCallbacks(self._entry, refused)
+
+
+class ScheduleAction(_ScheduleEndpoint):
+    """delschedule.json, resumeschedule.json: ``project``
     and ``name``, as cancel.json takes ``project`` and ``job``."""
 
     methods = (b"POST",)
@@ -86,9 +216,6 @@ class ScheduleAction(ApiEndpoint):
         done = getattr(self.api.timetable, self.action)(project, name)
         return done.addCallbacks(self._entry, refused)
 
-    def _entry(self, record):
-        return schedule_entry(record, self.api.timetable.zone_of(record))
-
 
 def schedule_endpoints(api):
     """{path segment: resource} of the schedules' endpoints."""
@@ -96,6 +223,9 @@ def schedule_endpoints(api):
         b"addschedule.json": AddSchedule(api),
         b"listschedules.json": ListSchedules(api),
         b"delschedule.json": ScheduleAction(api, "delete"),
-        b"pauseschedule.json": ScheduleAction(api, "pause"),
+        b"pauseschedule.json": PauseSchedule(api),
         b"resumeschedule.json": ScheduleAction(api, "resume"),
+        b"editschedule.json": EditSchedule(api),
+        b"runschedule.json": RunSchedule(api),
+        b"backfillschedule.json": BackfillSchedule(api),
     }

@@ -6,7 +6,7 @@ from datetime import datetime
 from ..reliability.policy import JobPolicy
 from ..store.chain_firings import CHAIN_KIND
 from ..store.records import FINISHED, PENDING, RUNNING
-from ..schedules.times import iso_time
+from ..schedules.times import format_every, iso_time, jitter_offset
 
 
 def format_time(seconds):
@@ -164,12 +164,24 @@ def schedule_entry(record, zone):
         "last_job": record.last_job,
         "runs": record.runs,
         "skipped": record.skipped,
+        "buffered": record.buffered,
+        "caught_up": record.caught_up,
         # The schedule's own policy values, as its parameters take them.
         "policy": JobPolicy.from_json(record.policy).shown(),
     }
     if record.kind == CHAIN_KIND:
         # "after" (the rule) says what it runs after; "on", which ends.
         entry["on"] = list(record.chain_on)
+    if record.jitter:
+        # Its jobs start its fixed offset after each due time (next_run).
+        entry["jitter"] = format_every(int(record.jitter))
+        entry["starts_at"] = None if record.paused or record.next_due is None else iso_time(
+            record.next_due + jitter_offset(record.name, record.jitter), zone)
+    if record.pause_after is not None:
+        entry["pause_after"] = record.pause_after
+        entry["failed_in_row"] = record.failed_in_row
+    if record.note is not None:
+        entry["note"] = record.note
     if record.error is not None:
         entry["error"] = record.error
     return entry
