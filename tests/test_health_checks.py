@@ -4,6 +4,7 @@ runs before it (pure: counts in, health and reasons out)."""
 from twisted.trial import unittest
 
 from netweir_serve.health.checks import DEGRADED, HEALTHY, RunCounts, judge, medians_of
+from netweir_serve.health.counts import counts_of
 from netweir_serve.reliability.policy import JobPolicy
 
 
@@ -83,3 +84,27 @@ class JudgeTests(unittest.TestCase):
         self.assertEqual(medians_of(runs(1, 2, 30, 4, pages=7, runtime=2.5)),
                          {"items": 3.0, "pages": 7, "runtime": 2.5})
         self.assertEqual(medians_of(runs(1, 2)), {"items": None, "pages": None, "runtime": None})
+
+
+class CountsTests(unittest.TestCase):
+    """health.counts.counts_of: what a run's stats count, as a 64-bit
+    column holds it."""
+
+    def test_whole_counts_in_range(self):
+        self.assertEqual(counts_of({"items": 4, "fetched": 9, "failed": 1, "callback_errors": 2}),
+                         (4, 9, 3))
+        self.assertEqual(counts_of({"items": 2 ** 63 - 1}), (2 ** 63 - 1, None, 0))
+
+    def test_a_stat_out_of_range_is_no_count(self):
+        self.assertEqual(counts_of({"items": 2 ** 63, "fetched": -1}), (None, None, 0))
+        self.assertEqual(counts_of({"items": 2 ** 70, "failed": -5, "callback_errors": 2}),
+                         (None, None, 2))
+        self.assertEqual(counts_of({"items": True, "fetched": float("nan")}), (None, None, 0))
+
+    def test_errors_stop_below_the_limit(self):
+        self.assertEqual(counts_of({"failed": 2 ** 62, "callback_errors": 2 ** 62})[2],
+                         2 ** 63 - 1)
+
+    def test_stats_that_are_no_dict_count_nothing(self):
+        self.assertEqual(counts_of([1, 2]), (None, None, None))
+        self.assertEqual(counts_of(None), (None, None, None))
