@@ -294,6 +294,19 @@ OLD_RUNS = [
     (("odd", "finished", {"items": "many", "fetched": 3.5}), (None, None, 0, "healthy")),
     (("nostats", "finished", None), (None, None, None, "healthy")),
     (("crashed", "failed", {"items": 1, "fetched": 2}), (1, 2, 0, None)),
+    # What json.dumps writes and a database's own JSON functions may refuse:
+    # a \u0000 in a string (PostgreSQL's ->> cannot give it as text), NaN
+    # and Infinity (no JSON at all to PostgreSQL); and counts no 64-bit
+    # column holds, and stats that are no object. The migration counts
+    # them as a run's end does (health.counts), and still starts.
+    (("nul", "finished", {"items": 3, "title": "a\u0000b"}), (3, None, 0, "healthy")),
+    (("nan", "finished", {"items": 2, "fetched": float("nan"), "rate": float("inf")}),
+     (2, None, 0, "healthy")),
+    (("negative", "finished", {"items": -1, "fetched": 4, "failed": -2}),
+     (None, 4, 0, "healthy")),
+    (("huge", "finished", {"items": 2 ** 70, "fetched": 1, "failed": 2 ** 62,
+                           "callback_errors": 2 ** 62}), (None, 1, 2 ** 63 - 1, "healthy")),
+    (("list", "finished", [1, 2]), (None, None, None, "healthy")),
 ]
 
 
