@@ -958,6 +958,31 @@ class JobStoreContract:
         self.assertEqual(ended.health, "healthy")
 
     @defer.inlineCallbacks
+    def test_a_count_no_64_bit_column_holds_is_none_and_the_end_is_written(self):
+        ended = yield self.run_counted("huge", 10.0, 2 ** 63, {"min_pages": 1})
+        self.assertEqual((ended.outcome, ended.items, ended.pages, ended.errors, ended.health),
+                         ("finished", None, 10, 3, "healthy"))
+        found = yield self.store.get("huge")
+        self.assertEqual((found.state, found.items, found.stats["items"]),
+                         ("finished", None, 2 ** 63))
+
+    @defer.inlineCallbacks
+    def test_an_end_whose_judging_fails_is_written_without_counts_or_health(self):
+        from netweir_serve.store import job_table
+
+        def broken(run, policy, history=()):
+            raise ZeroDivisionError("a check's bug")
+
+        self.patch(job_table, "judge", broken)
+        ended = yield self.run_counted("judged", 10.0, 5, {"min_items": 1})
+        self.assertEqual((ended.outcome, ended.items, ended.pages, ended.errors, ended.health,
+                          ended.health_reasons), ("finished", None, None, None, None, ()))
+        found = yield self.store.get("judged")
+        self.assertEqual((found.state, found.outcome, found.items, found.health),
+                         ("finished", "finished", None, None))
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
+    @defer.inlineCallbacks
     def test_no_drop_or_slower_check_before_three_runs_and_min_items_at_once(self):
         policy = {"items_drop": 10, "slower": 2, "min_pages": 5}
         for n, items in enumerate((100, 0, 100)):

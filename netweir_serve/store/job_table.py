@@ -19,6 +19,7 @@ import random
 from dataclasses import replace
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from ..names import fold
 from .columns import (
@@ -33,6 +34,9 @@ from ..health.checks import RunCounts, judge
 from ..health.counts import counts_of
 from ..reliability.policy import JobPolicy
 from .runpolicy import first_that_may_run
+
+
+log = Logger()
 
 
 class JobColumns:
@@ -144,16 +148,16 @@ class JobTable:
     def _judged(self, tx, record):
         """``record`` (just ended) with its counts and health written: both
         judged once, here, in the transaction of its end (health.checks),
-        against the runs before it when a check of its policy compares."""
-        items, pages, errors = counts_of(record.stats)
-        health, reasons = None, ()
-        if record.outcome == FINISHED_OUTCOME:
-            policy = JobPolicy.from_json(record.policy)
-            runtime = (record.end_time - record.start_time
-                       if record.start_time is not None and record.end_time is not None
-                       else None)
-            history = self._history(tx, record, policy.history_size) if policy.compares else ()
-            health, reasons = judge(RunCounts(items, pages, errors, runtime), policy, history)
+        against the runs before it when a check of its policy compares.
+        Judging never loses the end: should it fail, the end is written
+        with no counts and no health, and the error logged with the job's
+        id."""
+        try:
+            items, pages, errors, health, reasons = self._judgement(tx, record)
+        except Exception:
+            log.failure("job {job}'s counts and health could not be judged: its end is"
+                        " recorded without them", job=record.id)
+            items, pages, errors, health, reasons = None, None, None, None, ()
         judged = replace(record, items=items, pages=pages, errors=errors, health=health,
                          health_reasons=reasons)
         columns = {c.name: c for c in self._jobs.all}
@@ -164,6 +168,19 @@ class JobTable:
                 "reasons": columns["health_reasons"].to_db(judged.health_reasons),
                 "seq": record.seq})
         return judged
+
+    def _judgement(self, tx, record):
+        """(items, pages, errors, health, reasons) of ``record``, just ended."""
+        items, pages, errors = counts_of(record.stats)
+        health, reasons = None, ()
+        if record.outcome == FINISHED_OUTCOME:
+            policy = JobPolicy.from_json(record.policy)
+            runtime = (record.end_time - record.start_time
+                       if record.start_time is not None and record.end_time is not None
+                       else None)
+            history = self._history(tx, record, policy.history_size) if policy.compares else ()
+            health, reasons = judge(RunCounts(items, pages, errors, runtime), policy, history)
+        return items, pages, errors, health, reasons
 
     def _history(self, tx, record, size, seq=None):
         """The RunCounts of the last ``size`` healthy runs ``record`` is
