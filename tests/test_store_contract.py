@@ -327,6 +327,8 @@ class JobStoreContract:
         self.assertEqual((yield self.store.schedule_jobs("Nightly")), (1, 0))
         yield self.store.claim_next(NODE_A, ["shop"], 1.0)
         self.assertEqual((yield self.store.schedule_jobs("Nightly")), (0, 1))
+        # A schedule's name ignores case, as its key does (names.fold).
+        self.assertEqual((yield self.store.schedule_jobs("NIGHTLY")), (0, 1))
 
     @defer.inlineCallbacks
     def test_claims_at_once_from_two_stores_keep_every_policy(self):
@@ -1021,6 +1023,31 @@ class JobStoreContract:
         self.assertEqual(ended.health_reasons, ("items 0 < 5% of median 1 over 3 runs",))
 
     @defer.inlineCallbacks
+    def test_a_schedule_name_used_again_for_another_spider_has_not_the_old_runs(self):
+        drop = {"items_drop": 50}
+        for n in range(3):
+            yield self.run_counted(f"old{n}", 100.0 * n, 1000, drop, schedule="Daily")
+        # Deleted, and made again for another spider (or project): its runs
+        # are compared with its own, not with those of the old one's spider.
+        ended = yield self.run_counted("new", 400.0, 1, drop, schedule="Daily", spider="news")
+        self.assertEqual((ended.health, ended.health_reasons), ("healthy", ()))
+        runs, history = yield self.store.runs("shop", "news", schedule="Daily")
+        self.assertEqual((ids(runs), [r.items for r in history]), (["new"], [1]))
+        runs, history = yield self.store.runs("shop", "books", schedule="Daily")
+        self.assertEqual((ids(runs), len(history)), (["old2", "old1", "old0"], 3))
+
+    @defer.inlineCallbacks
+    def test_a_schedules_runs_are_found_whatever_the_case_of_its_name(self):
+        drop = {"items_drop": 50}
+        for n in range(3):
+            yield self.run_counted(f"d{n}", 100.0 * n, 1000, drop, schedule="Daily")
+        # Made again as "DAILY" for the same spider: the same schedule key.
+        ended = yield self.run_counted("d3", 400.0, 1, drop, schedule="DAILY")
+        self.assertEqual(ended.health_reasons, ("items 1 < 50% of median 1000 over 3 runs",))
+        runs, history = yield self.store.runs("shop", "books", schedule="daily")
+        self.assertEqual((ids(runs), len(history)), (["d3", "d2", "d1", "d0"], 3))
+
+    @defer.inlineCallbacks
     def test_runs_of_a_spider_and_of_a_schedule_newest_first_with_their_history(self):
         for n in range(4):
             yield self.run_counted(f"a{n}", 100.0 * n, 10 * (n + 1), {"min_items": 15},
@@ -1408,6 +1435,7 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.store.unfinished_schedule_jobs("Nightly")), ["a", "c"])
         self.assertEqual((yield self.store.get("a")).state, "running")
         self.assertEqual((yield self.store.unfinished_schedule_jobs("none")), [])
+        self.assertEqual((yield self.store.unfinished_schedule_jobs("nightLY")), ["a", "c"])
 
     @defer.inlineCallbacks
     def end_run(self, jobid, outcome, reason=None, policy=None, now=100.0):

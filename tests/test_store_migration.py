@@ -358,6 +358,14 @@ class RunHealthMigrationTests(unittest.TestCase):
             query = _HISTORY.format(owner=owner).replace("%(", ":").replace(")s", "")
             plan = " ".join(row[-1] for row in db.execute(
                 "EXPLAIN QUERY PLAN " + query,
-                {"project": "shop", "spider": "books", "schedule": "s", "seq": 0, "size": 5}))
+                {"project": "shop", "spider": "books", "schedule_key": "s", "seq": 0,
+                 "size": 5}))
             self.assertIn(index, plan)
             self.assertNotIn("TEMP B-TREE", plan)
+        # A schedule's jobs that wait or run (overlap, cancel), by its folded name.
+        from netweir_serve.store.job_table import _SCHEDULE_IS
+        plan = " ".join(row[-1] for row in db.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE "
+            + _SCHEDULE_IS.replace("%(", ":").replace(")s", "") + " AND state != 'finished'",
+            {"schedule_key": "s"}))
+        self.assertIn("jobs_schedule_key", plan)

@@ -116,10 +116,15 @@ HEALTH_OF_OLD_ENDS = "UPDATE jobs SET health = 'healthy' WHERE state = 'finished
 
 # A spider's runs and a schedule's, newest first: the history a run's end
 # is judged against (in the end's transaction, so it must be quick) and
-# what runs.json lists. The same DDL on both backends.
+# what runs.json lists. A schedule's name is compared folded
+# (lower(schedule), store.job_table), so its indexes hold it so; the
+# index of migration 3 on the name as spelt is replaced. The same DDL on
+# both backends.
 RUNS_INDEXES = (
     "CREATE INDEX jobs_runs ON jobs (project_key, spider, end_time)",
-    "CREATE INDEX jobs_schedule_runs ON jobs (schedule, end_time)",
+    "CREATE INDEX jobs_schedule_runs ON jobs (project_key, spider, lower(schedule), end_time)",
+    "DROP INDEX jobs_schedule",
+    "CREATE INDEX jobs_schedule_key ON jobs (lower(schedule), state)",
 )
 
 
