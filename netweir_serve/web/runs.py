@@ -46,12 +46,6 @@ def _limit(params):
     return int(text)
 
 
-def _rounded(medians):
-    if medians["runtime"] is not None:
-        medians["runtime"] = round(medians["runtime"], 3)
-    return medians
-
-
 class Runs(ApiEndpoint):
     """``project``, ``spider`` and, optionally, ``schedule`` (of that
     spider) and ``limit``: ``runs``, the last finished jobs newest first,
@@ -89,7 +83,7 @@ class Runs(ApiEndpoint):
             "spider": spider,
             "runs": [run_entry(r) for r in runs],
             "history": {"size": size, "runs": len(history)},
-            "medians": _rounded(medians_of(history)),
+            "medians": medians_of(history),
         }
         if record is not None:
             answer["schedule"] = {"name": record.name, "runs": record.runs,
