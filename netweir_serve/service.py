@@ -19,7 +19,7 @@ from .cluster.membership import NodeMembership
 from .dirlock import DirectoryUnusable, lock_directory
 from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
 from .jobs.core import build_job_core
-from .jobs.events import CHANGED, ENDED, QUEUED, STARTED
+from .jobs.events import CHANGED, ENDED, QUEUED, RECORDED_LATE, STARTED
 from .jobs.history import StatsHistory
 from .jobs.notify import Notifier
 from .jobs.process import job_environment
@@ -393,7 +393,8 @@ def makeService(config, reactor, wall=None):
     serve.wall = wall
     serve.deadlines = deadlines
     serve.chains = Chains(store, timetable, reactor, serves)
-    core.events.subscribe(lambda kind, record: serve.chains.ended(record), kinds=(ENDED,))
+    core.events.subscribe(lambda kind, record: serve.chains.ended(record),
+                          kinds=(ENDED, RECORDED_LATE))
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,
@@ -436,7 +437,7 @@ def _hear_pauses(events, timetable):
         if record.paused_schedule is not None:
             timetable.heard_paused(record.paused_schedule)
 
-    events.subscribe(ended, kinds=(ENDED,))
+    events.subscribe(ended, kinds=(ENDED, RECORDED_LATE))
 
 
 def _hear_deadlines(events, deadlines):
