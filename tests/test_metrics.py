@@ -3,8 +3,6 @@ fed by events, and a real daemon before and after jobs end with each
 outcome."""
 
 import collections
-import os
-import signal
 
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import defer
@@ -16,7 +14,6 @@ from netweir_serve.store.schedule_records import ScheduleRecord
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from prometheus_client import generate_latest
 
-from .processes import kill_groups, wait_until
 from .test_jobs import CrawlTestCase
 
 
