@@ -78,8 +78,8 @@ def _seconds(runtime):
 
 def _json_number(number, decimals=None):
     """``number`` (rounded to ``decimals`` when given) as JSON shows it the
-    same way whatever gave it: an int when whole (statistics.median of an
-    even count gives a float), else a float."""
+    same way whatever gave it: an int when whole (the median of an even
+    count of runs is a mean, a float), else a float."""
     if number is None:
         return None
     if decimals is not None:
