@@ -19,7 +19,7 @@ from .cluster.membership import NodeMembership
 from .dirlock import DirectoryUnusable, lock_directory
 from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
 from .jobs.core import build_job_core
-from .jobs.events import CHANGED, ENDED, QUEUED, STARTED
+from .jobs.events import CHANGED, ENDED, QUEUED, RECORDED_LATE, STARTED
 from .jobs.history import StatsHistory
 from .jobs.notify import Notifier
 from .jobs.process import job_environment
@@ -374,8 +374,10 @@ def makeService(config, reactor, wall=None):
                           env=job_env)
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
                              rules=config.policies, enforceable=groups.refusal)
-    deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire,
-                          serves=lambda project: config.projects.get(project) is not None,
+    def serves(project):
+        return config.projects.get(project) is not None
+
+    deadlines = Deadlines(reactor, wall, core.launcher, core.scheduler.expire, serves=serves,
                           store=store)
     _hear_deadlines(core.events, deadlines)
     watching = _watching(config, reactor, store, core, wall, deadlines)
@@ -394,8 +396,9 @@ def makeService(config, reactor, wall=None):
                          reader, timetable, _listening(config, reactor, root, tokens))
     serve.wall = wall
     serve.deadlines = deadlines
-    serve.chains = Chains(store, timetable, reactor)
-    core.events.subscribe(lambda kind, record: serve.chains.ended(record), kinds=(ENDED,))
+    serve.chains = Chains(store, timetable, reactor, serves)
+    core.events.subscribe(lambda kind, record: serve.chains.ended(record),
+                          kinds=(ENDED, RECORDED_LATE))
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,
@@ -438,7 +441,7 @@ def _hear_pauses(events, timetable):
         if record.paused_schedule is not None:
             timetable.heard_paused(record.paused_schedule)
 
-    events.subscribe(ended, kinds=(ENDED,))
+    events.subscribe(ended, kinds=(ENDED, RECORDED_LATE))
 
 
 def _hear_deadlines(events, deadlines):

@@ -9,11 +9,13 @@ from twisted.trial import unittest
 
 from netweir_serve.jobs.submit import JobRefused
 from netweir_serve.names import MAX_JOB_ID_LENGTH
+from netweir_serve.projects import ProjectTable
 from netweir_serve.schedules import chains
 from netweir_serve.schedules.chains import Chains, chain_job_id, parse_on
 from netweir_serve.schedules.timetable import ScheduleRefused, ScheduleRequest, Timetable
 from netweir_serve.store.records import JobRecord
 
+from .test_store_contract import chain
 from .test_timetable import FakeSubmitter, Rig
 
 START = 1_000_000.0
@@ -23,6 +25,14 @@ class ChainSubmitter(FakeSubmitter):
     """FakeSubmitter that knows which spiders exist and keeps a job's upstream."""
 
     spiders = ("books", "details", "authors", "prices")
+
+    def __init__(self, store, clock):
+        super().__init__(store, clock)
+        self.submitted = []  # the ids asked, in order
+
+    def submit(self, request):
+        self.submitted.append(request.jobid)
+        return super().submit(request)
 
     def check(self, request):
         if request.spider not in self.spiders:
@@ -55,7 +65,9 @@ class ChainRig(Rig):
         self.submitter = ChainSubmitter(self.store, self.clock)
         timetable = Timetable(self.store, self.submitter, self.clock, local_zone="UTC",
                               on_change=self.changes.append)
-        self.chains = Chains(self.store, timetable, self.clock)
+        self.chains = Chains(self.store, timetable, self.clock,
+                             serves=lambda project: self.submitter.projects.get(project)
+                             is not None)
         return timetable
 
     def start(self):
@@ -211,6 +223,54 @@ class FiringTests(unittest.TestCase):
         self.assertEqual(rig.job_ids(), ["detail-after-up1", "up1"])
         self.assertIsNone(self.job("alert-after-up1"))
 
+    def finish(self, jobid):
+        """Ends a queued job (finished); its firings made."""
+        rig = self.rig
+        ended = self.successResultOf(rig.store.mark_finished(jobid, "finished",
+                                                             rig.clock.seconds()))
+        rig.chains.ended(ended)
+        return ended
+
+    def test_a_loop_two_chains_stored_at_once_made_stops_at_its_first_turn(self):
+        rig = self.rig
+        # details after books, and books after details' jobs: each added on
+        # its own node at once, each checked against a table without the
+        # other (the second is written here as that node's add wrote it).
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        self.successResultOf(rig.store.add_schedule(chain(
+            "back", "schedule:detail", spider="books", on=("finished",))))
+        rig.chains.ended(rig.end("up1"))
+        self.finish("detail-after-up1")
+        self.assertEqual(self.job("back-after-detail-after-up1").upstream, "detail-after-up1")
+        self.finish("back-after-detail-after-up1")
+        # detail's job would follow its own: not queued, the row settled.
+        self.assertEqual(rig.job_ids(), ["back-after-detail-after-up1", "detail-after-up1",
+                                         "up1"])
+        self.assertEqual(rig.owed(), [])
+        found = rig.schedule("detail")
+        self.assertEqual((found.runs, found.last_job, found.error),
+                         (1, "detail-after-up1",
+                          "would loop: job back-after-detail-after-up1 comes after its own job"
+                          " detail-after-up1: back-after-detail-after-up1 after"
+                          " detail-after-up1"))
+        self.assertEqual(rig.schedule("back").runs, 1)
+
+    def test_a_chain_after_its_own_jobs_stored_by_a_race_queues_nothing_after_them(self):
+        rig = self.rig
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        # Stored past the add's check: details after details.
+        self.successResultOf(rig.store.add_schedule(chain("again", "details",
+                                                          on=("finished",))))
+        rig.chains.ended(rig.end("up1"))
+        self.finish("detail-after-up1")
+        self.finish("again-after-detail-after-up1")
+        self.assertEqual(rig.job_ids(), ["again-after-detail-after-up1", "detail-after-up1",
+                                         "up1"])
+        self.assertEqual(rig.owed(), [])
+        self.assertEqual(rig.schedule("again").error,
+                         "would loop: job again-after-detail-after-up1 is its own")
+        self.assertEqual(rig.schedule("detail").error, None)
+
     def test_a_firing_left_by_a_kill_before_its_job_was_queued_is_made_at_start(self):
         self.rig.add(name="detail", spider="details", after="books")
         self.rig.end("up1")  # ended; the service died before its chain was told
@@ -255,14 +315,43 @@ class FiringTests(unittest.TestCase):
         self.rig.add(name="detail", spider="details", after="books")
         other = ChainRig(self, self.path, clock=self.rig.clock)
         other.start()
+        # Each node's job check takes five seconds: both read the row, find
+        # no job of its id and submit one before either has queued it (the
+        # end heard on one, a sweep on the other).
+        for rig in (self.rig, other):
+            rig.submitter.delay = 5
         self.rig.end("up1")
-        # Both nodes read the row before either settled it (a sweep on one,
-        # the end on the other): each makes it, in turn.
-        firing, = self.successResultOf(self.rig.store.chain_firings())
-        self.successResultOf(self.rig.chains._make(firing))
-        self.successResultOf(other.chains._make(firing))
+        passes = defer.gatherResults([self.rig.chains.process(), other.chains.process()])
+        self.assertEqual((self.rig.submitter.submitted, other.submitter.submitted),
+                         (["detail-after-up1"], ["detail-after-up1"]))
+        self.assertEqual(self.rig.job_ids(), ["up1"])
+        self.assertNoResult(passes)
+        self.rig.clock.advance(5)
+        self.successResultOf(passes)
+        self.assertEqual(self.rig.job_ids(), ["detail-after-up1", "up1"])
+        found = self.rig.schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.last_job, found.error),
+                         (1, 0, "detail-after-up1", None))
+        self.assertEqual(self.rig.owed(), [])
+        # Later passes on either node make nothing more.
         self.successResultOf(defer.gatherResults([self.rig.chains.process(),
                                                   other.chains.process()]))
+        self.assertEqual((self.rig.job_ids(), self.rig.schedule("detail").runs),
+                         (["detail-after-up1", "up1"], 1))
+
+    def test_a_node_that_does_not_serve_the_project_leaves_the_firing_to_one_that_does(self):
+        self.rig.add(name="detail", spider="details", after="books")
+        other = ChainRig(self, self.path, clock=self.rig.clock)
+        other.submitter.projects = ProjectTable([])  # serves no project
+        other.start()
+        ended = self.rig.end("up1")  # the end and its firing, written by any node
+        other.chains.ended(ended)
+        self.successResultOf(other.chains.process())
+        # Kept, untouched: no job, no error, no count.
+        self.assertEqual(self.rig.owed(), [("detail", "up1")])
+        found = self.rig.schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.error), (0, 0, None))
+        self.successResultOf(self.rig.chains.process())
         self.assertEqual(self.rig.job_ids(), ["detail-after-up1", "up1"])
         self.assertEqual((self.rig.schedule("detail").runs, self.rig.owed()), (1, []))
 
@@ -312,6 +401,21 @@ class FiringTests(unittest.TestCase):
         self.successResultOf(rig.timetable.delete("shop", "detail"))
         self.successResultOf(rig.chains.process())
         self.assertEqual((rig.job_ids(), rig.owed()), (["up1", "up2"], []))
+
+    def test_a_chain_deleted_and_added_again_does_not_make_its_namesakes_firings(self):
+        rig = self.rig
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        rig.end("up1")  # owed; not made before the chain was deleted
+        self.successResultOf(rig.timetable.delete("shop", "detail"))
+        rig.add(name="detail", spider="details", after="books", on=("finished",))
+        self.successResultOf(rig.chains.process())
+        rig.clock.advance(chains.SWEEP_SECONDS)
+        self.assertEqual((rig.job_ids(), rig.owed()), (["up1"], []))
+        found = rig.schedule("detail")
+        self.assertEqual((found.runs, found.skipped, found.last_job), (0, 0, None))
+        # The new chain fires after the jobs that end from now on.
+        rig.chains.ended(rig.end("up2"))
+        self.assertEqual(rig.job_ids(), ["detail-after-up2", "up1", "up2"])
 
     def test_overlap_applies_a_chain_whose_job_is_still_pending_skips(self):
         rig = self.rig

@@ -328,6 +328,8 @@ class JobStoreContract:
         self.assertEqual((yield self.store.schedule_jobs("Nightly")), (1, 0))
         yield self.store.claim_next(NODE_A, ["shop"], 1.0)
         self.assertEqual((yield self.store.schedule_jobs("Nightly")), (0, 1))
+        # A schedule's name ignores case, as its key does (names.fold).
+        self.assertEqual((yield self.store.schedule_jobs("NIGHTLY")), (0, 1))
 
     @defer.inlineCallbacks
     def test_claims_at_once_from_two_stores_keep_every_policy(self):
@@ -959,6 +961,31 @@ class JobStoreContract:
         self.assertEqual(ended.health, "healthy")
 
     @defer.inlineCallbacks
+    def test_a_count_no_64_bit_column_holds_is_none_and_the_end_is_written(self):
+        ended = yield self.run_counted("huge", 10.0, 2 ** 63, {"min_pages": 1})
+        self.assertEqual((ended.outcome, ended.items, ended.pages, ended.errors, ended.health),
+                         ("finished", None, 10, 3, "healthy"))
+        found = yield self.store.get("huge")
+        self.assertEqual((found.state, found.items, found.stats["items"]),
+                         ("finished", None, 2 ** 63))
+
+    @defer.inlineCallbacks
+    def test_an_end_whose_judging_fails_is_written_without_counts_or_health(self):
+        from netweir_serve.store import job_table
+
+        def broken(run, policy, history=()):
+            raise ZeroDivisionError("a check's bug")
+
+        self.patch(job_table, "judge", broken)
+        ended = yield self.run_counted("judged", 10.0, 5, {"min_items": 1})
+        self.assertEqual((ended.outcome, ended.items, ended.pages, ended.errors, ended.health,
+                          ended.health_reasons), ("finished", None, None, None, None, ()))
+        found = yield self.store.get("judged")
+        self.assertEqual((found.state, found.outcome, found.items, found.health),
+                         ("finished", "finished", None, None))
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
+    @defer.inlineCallbacks
     def test_no_drop_or_slower_check_before_three_runs_and_min_items_at_once(self):
         policy = {"items_drop": 10, "slower": 2, "min_pages": 5}
         for n, items in enumerate((100, 0, 100)):
@@ -995,6 +1022,31 @@ class JobStoreContract:
         # A job no schedule queued compares with every run of its spider.
         ended = yield self.run_counted("alone", 900.0, 0, drop)
         self.assertEqual(ended.health_reasons, ("items 0 < 5% of median 1 over 3 runs",))
+
+    @defer.inlineCallbacks
+    def test_a_schedule_name_used_again_for_another_spider_has_not_the_old_runs(self):
+        drop = {"items_drop": 50}
+        for n in range(3):
+            yield self.run_counted(f"old{n}", 100.0 * n, 1000, drop, schedule="Daily")
+        # Deleted, and made again for another spider (or project): its runs
+        # are compared with its own, not with those of the old one's spider.
+        ended = yield self.run_counted("new", 400.0, 1, drop, schedule="Daily", spider="news")
+        self.assertEqual((ended.health, ended.health_reasons), ("healthy", ()))
+        runs, history = yield self.store.runs("shop", "news", schedule="Daily")
+        self.assertEqual((ids(runs), [r.items for r in history]), (["new"], [1]))
+        runs, history = yield self.store.runs("shop", "books", schedule="Daily")
+        self.assertEqual((ids(runs), len(history)), (["old2", "old1", "old0"], 3))
+
+    @defer.inlineCallbacks
+    def test_a_schedules_runs_are_found_whatever_the_case_of_its_name(self):
+        drop = {"items_drop": 50}
+        for n in range(3):
+            yield self.run_counted(f"d{n}", 100.0 * n, 1000, drop, schedule="Daily")
+        # Made again as "DAILY" for the same spider: the same schedule key.
+        ended = yield self.run_counted("d3", 400.0, 1, drop, schedule="DAILY")
+        self.assertEqual(ended.health_reasons, ("items 1 < 50% of median 1000 over 3 runs",))
+        runs, history = yield self.store.runs("shop", "books", schedule="daily")
+        self.assertEqual((ids(runs), len(history)), (["d3", "d2", "d1", "d0"], 3))
 
     @defer.inlineCallbacks
     def test_runs_of_a_spider_and_of_a_schedule_newest_first_with_their_history(self):
@@ -1384,6 +1436,7 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.store.unfinished_schedule_jobs("Nightly")), ["a", "c"])
         self.assertEqual((yield self.store.get("a")).state, "running")
         self.assertEqual((yield self.store.unfinished_schedule_jobs("none")), [])
+        self.assertEqual((yield self.store.unfinished_schedule_jobs("nightLY")), ["a", "c"])
 
     @defer.inlineCallbacks
     def end_run(self, jobid, outcome, reason=None, policy=None, now=100.0):
@@ -1545,13 +1598,13 @@ class ScheduleStoreContract:
 
     @defer.inlineCallbacks
     def end_job(self, jobid, outcome="finished", end_time=20.0, spider="books",
-                schedule=None, project="shop", **fields):
+                schedule=None, project="shop", reason=None, **fields):
         """Adds, claims, starts and ends one job; its ended record."""
         yield self.store.add(JobRecord(id=jobid, project=project, spider=spider,
                                        spider_file="/p/x.py", schedule=schedule, **fields))
         claimed = yield self.store.claim_next(NODE_A, [project], end_time - 1)
         self.assertEqual(claimed.id, jobid)
-        ended = yield self.store.mark_finished(jobid, outcome, end_time)
+        ended = yield self.store.mark_finished(jobid, outcome, end_time, reason=reason)
         return ended
 
     @defer.inlineCallbacks
@@ -1575,7 +1628,7 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.owed()), [("by-tick", "a"), ("detail", "a"), ("alert", "b")])
         firings = yield self.store.chain_firings()
         self.assertEqual([f.created for f in firings], [20.0, 20.0, 30.0])
-        # A cancelled job fires no chain; a lost one is a failed one.
+        # A user's cancel fires no chain; a lost job is a failed one.
         yield self.store.add(record("c"))
         cancelled = yield self.store.cancel_pending("c", 40.0)
         self.assertEqual(cancelled.chain_firings, ())
@@ -1591,6 +1644,29 @@ class ScheduleStoreContract:
             self.assertIn(notices.SCHEDULE, [n.kind for n in heard])
 
     @defer.inlineCallbacks
+    def test_failed_covers_the_services_own_deadlines_not_a_users_cancel_or_a_stop(self):
+        yield self.store.add_schedule(chain("alert", "books", on=("failed",)))
+        yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        # Cancelled by a timeout or a stall while running: a run gone wrong.
+        timed_out = yield self.end_job("t", outcome="cancelled", reason="timeout")
+        stalled = yield self.end_job("s", outcome="cancelled", reason="stalled", end_time=21.0)
+        # Cancelled pending past its expiry.
+        yield self.store.add(record("e"))
+        expired = yield self.store.cancel_pending("e", 22.0, reason="expired")
+        # A user's cancel, running or pending, and a stop fire nothing.
+        by_user = yield self.end_job("u", outcome="cancelled", reason="cancel.json",
+                                     end_time=23.0)
+        yield self.store.add(record("p"))
+        pending_by_user = yield self.store.cancel_pending("p", 24.0)
+        stopped = yield self.end_job("x", outcome="cancelled", reason="service stopped",
+                                     end_time=25.0)
+        self.assertEqual([r.chain_firings for r in (timed_out, stalled, expired)],
+                         [("alert",)] * 3)
+        self.assertEqual([r.chain_firings for r in (by_user, pending_by_user, stopped)],
+                         [()] * 3)
+        self.assertEqual((yield self.owed()), [("alert", "t"), ("alert", "s"), ("alert", "e")])
+
+    @defer.inlineCallbacks
     def test_an_end_that_queues_a_retry_owes_nothing_its_final_attempt_does(self):
         yield self.store.add_schedule(chain("alert", "books", on=("failed",)))
         yield self.store.add(self.retrying("n", policy={"retries": 1, "backoff": 1}))
@@ -1600,6 +1676,18 @@ class ScheduleStoreContract:
         final = yield self.run_and_end("n.r1", 200.0)
         self.assertEqual((final.retry, final.chain_firings), (None, ("alert",)))
         self.assertEqual((yield self.owed()), [("alert", "n.r1")])
+
+    @defer.inlineCallbacks
+    def test_the_retry_of_a_chains_job_keeps_its_upstream(self):
+        # The retry is the same job again: it still follows the job whose
+        # end queued it (a loop guard walks that line back).
+        yield self.store.add(self.retrying("detail-after-up", upstream="up",
+                                           schedule="detail"))
+        first = yield self.run_and_end("detail-after-up", 100.0)
+        self.assertEqual((first.retry.id, first.retry.upstream, first.retry.schedule),
+                         ("detail-after-up.r1", "up", "detail"))
+        found = yield self.store.get("detail-after-up.r1")
+        self.assertEqual(found.upstream, "up")
 
     @defer.inlineCallbacks
     def test_a_firing_is_settled_and_counted_once(self):
@@ -1632,6 +1720,21 @@ class ScheduleStoreContract:
                                                                 skipped_added=1)))
         self.assertEqual((yield self.owed()), [])
         self.assertEqual((yield self.store.get_schedule("detail")), new)
+
+
+    @defer.inlineCallbacks
+    def test_deleting_a_chain_drops_its_owed_firings_and_no_others(self):
+        yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        yield self.store.add_schedule(chain("alert", "books", on=("finished",)))
+        yield self.end_job("a")
+        deleted = yield self.store.delete_schedule("DETAIL")
+        self.assertEqual(deleted.name, "detail")
+        self.assertEqual((yield self.owed()), [("alert", "a")])
+        # A new chain of its name is owed nothing its namesake was.
+        yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
+        self.assertEqual((yield self.owed()), [("alert", "a")])
+        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", runs_added=1)))
+        self.assertEqual((yield self.store.get_schedule("detail")).runs, 0)
 
 
 # A claimer in a process of its own: claims until no job is pending,

@@ -12,6 +12,11 @@ transaction (IScheduleStore.settle_chain_firing). The id is the duplicate
 guard and the settle the count's: whatever restarts or nodes come between
 the end, the queueing and the count, a firing queues one job, counted once.
 
+Loops are refused when a chain is added (find_loop); two chains added at
+once can each pass that check, so a firing whose upstream line (read back
+through the jobs' ``upstream``) holds a job of its own chain queues
+nothing: the row is settled with the schedule's error saying so.
+
 The outbox is read right after a local end that wrote to it, at start,
 and every SWEEP_SECONDS, so a firing left by a node killed between an end
 and its queueing is made by whichever node sweeps next.
@@ -34,6 +39,9 @@ DEFAULT_ON = ("healthy",)
 SWEEP_SECONDS = 30.0
 # The hexadecimal digits of the upstream's hash in an id too long otherwise.
 _HASH_DIGITS = 16
+# How many jobs back a firing's upstream line is read for a loop: a line
+# longer than this is not a loop's first turn, and the walk stays short.
+LOOP_STEPS = 50
 
 
 class ChainError(ValueError):
@@ -125,14 +133,20 @@ def describe_loop(names, schedules, spider, upstream):
 class Chains:
     """Makes the chain firings the outbox holds: each queued through
     ``timetable`` (a Timetable) and settled in ``store`` (IScheduleStore),
-    on ``clock``'s sweep. Fed the local ends (``ended``)."""
+    on ``clock``'s sweep. Fed the local ends (``ended``). ``serves(project)``
+    says whether this node serves a project: a firing of a chain of a
+    project it does not serve is left in the outbox for a node that does
+    (nodes may serve different projects)."""
 
     log = Logger()
 
-    def __init__(self, store, timetable, clock, sweep_seconds=SWEEP_SECONDS):
+    def __init__(self, store, timetable, clock, serves, sweep_seconds=SWEEP_SECONDS):
         self._store = store
         self._timetable = timetable
         self._clock = clock
+        self._serves = serves
+        # The firings left for another node, said once each in the log.
+        self._left = set()
         self._sweep_seconds = sweep_seconds
         self._sweep = None
         self._running = False
@@ -205,6 +219,8 @@ class Chains:
         except Exception:
             self.log.failure("could not read the chain firings owed")
             return
+        owed = {(f.schedule_key, f.upstream) for f in firings}
+        self._left &= owed
         for firing in firings:
             if not self._running:
                 return
@@ -223,6 +239,14 @@ class Chains:
             # chain): nothing owes the firing any more.
             yield self._settle(firing, None)
             return
+        if not self._serves(record.project):
+            # Another node's to make: this one could only refuse the job.
+            if (firing.schedule_key, firing.upstream) not in self._left:
+                self._left.add((firing.schedule_key, firing.upstream))
+                self.log.info("chain {name}: its run after job {upstream} is left to a node"
+                              " that serves project {project}", name=record.name,
+                              upstream=firing.upstream, project=record.project)
+            return
         if record.paused:
             self.log.info("chain {name} is paused: skipped its run after job {upstream}",
                           name=record.name, upstream=firing.upstream)
@@ -233,10 +257,44 @@ class Chains:
             yield self._timetable.reload()
             if not self._timetable.holds(record):
                 return  # changed again meanwhile: the next pass sees
+        loop = yield self._loop_through(record, firing.upstream)
+        if loop is not None:
+            why = f"would loop: {loop}"
+            self.log.error("chain {name}: queued no job after job {upstream}: {why}",
+                           name=record.name, upstream=firing.upstream, why=why)
+            yield self._settle(firing, record, error=why)
+            return
         changes = yield self._timetable.queue_job(
             record, chain_job_id(record.name, firing.upstream),
             arguments=((UPSTREAM_ARGUMENT, firing.upstream),), upstream=firing.upstream)
         yield self._settle(firing, record, **changes)
+
+    @defer.inlineCallbacks
+    def _loop_through(self, record, upstream):
+        """How a job of chain ``record`` after job ``upstream`` would close
+        a loop (a job this chain queued is in ``upstream``'s line: ``job U
+        comes after its own job X: U after ... after X``), or None.
+
+        Two chains added at once (on two nodes, say) each pass the check at
+        add against a table without the other, and may make a loop: this
+        guard holds then. The line is read back through each job's stored
+        ``upstream`` (a retry keeps its attempt's), at most LOOP_STEPS
+        jobs; a job pruned since ends it."""
+        line = []
+        jobid = upstream
+        for _ in range(LOOP_STEPS):
+            job = yield self._store.get(jobid)
+            if job is None:
+                return None
+            line.append(job.id)
+            if job.schedule is not None and fold(job.schedule) == fold(record.name):
+                if len(line) == 1:
+                    return f"job {upstream} is its own"
+                return f"job {upstream} comes after its own job {job.id}: {' after '.join(line)}"
+            if job.upstream is None:
+                return None
+            jobid = job.upstream
+        return None
 
     @defer.inlineCallbacks
     def _settle(self, firing, record, **changes):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from ..names import fold
 from .columns import SCHEDULE_FIELDS
 from .notices import SCHEDULE
-from .records import FINISHED_OUTCOME
+from .records import CANCELLED_OUTCOME, EXPIRED, FINISHED_OUTCOME, STALLED, TIMEOUT
 
 CHAIN_KIND = "after"
 # ``rule`` of a chain after another schedule's jobs (else a spider's name).
@@ -26,9 +26,14 @@ SCHEDULE_PREFIX = "schedule:"
 # The ends a chain may fire on (``chain_on``).
 CHAIN_ENDS = ("finished", "healthy", "degraded", "failed")
 # The outcomes ``failed`` stands for: a crawl that failed, and one whose
-# end nobody saw (lost). A cancelled job fires no chain: a person or a
-# deadline stopped it, and what it left is not a run to go on from.
+# end nobody saw (lost).
 FAILED_OUTCOMES = ("failed", "lost")
+# The cancels ``failed`` stands for too: the service's own deadlines gave
+# up on the job (it ran too long, stopped making progress, or waited
+# pending past its expiry), which is a run that went wrong, as a failure
+# is. A cancel a person asked (cancel.json) or a service stopping under
+# the job fires nothing: nobody's crawl failed.
+FAILED_CANCELS = (TIMEOUT, STALLED, EXPIRED)
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,8 @@ def ends_as(record):
     """The chain ends (CHAIN_ENDS) the end of job ``record`` is."""
     if record.outcome == FINISHED_OUTCOME:
         return ("finished",) + ((record.health,) if record.health else ())
-    if record.outcome in FAILED_OUTCOMES:
+    if record.outcome in FAILED_OUTCOMES or (
+            record.outcome == CANCELLED_OUTCOME and record.reason in FAILED_CANCELS):
         return ("failed",)
     return ()
 

@@ -84,17 +84,20 @@ class IJobStore(Interface):
         None when the job is no longer so (nothing changes then)."""
 
     def schedule_jobs(name):
-        """(pending, running): how many jobs of schedule ``name`` wait or run."""
+        """(pending, running): how many jobs of schedule ``name`` wait or run.
+        A schedule's name ignores case here too (the jobs hold it as spelt
+        when each was queued)."""
 
     def runs(project, spider, schedule=None, limit=50, history=5):
         """(runs, history) of a spider (``schedule`` None) or of schedule
-        ``schedule``: ``runs`` the records (no stats) of its last ``limit``
+        ``schedule`` (its name in any case) run for that project and
+        spider: ``runs`` the records (no stats) of its last ``limit``
         finished jobs, newest first (by end time); ``history`` the
         health.checks.RunCounts of the last ``history`` healthy runs, the
         ones its next run's drop and slower checks compare with."""
 
     def unfinished_schedule_jobs(name):
-        """The ids of the jobs of schedule ``name`` that wait or run, oldest
+        """The ids of the jobs of schedule ``name`` (in any case) that wait or run, oldest
         first (for its overlap cancel_other and terminate_other)."""
 
     def mark_started(jobid, pid, proc_start=None):
@@ -211,7 +214,9 @@ class IScheduleStore(Interface):
         new record, or None if there is none."""
 
     def delete_schedule(name):
-        """Forgets the schedule; fires with the record it had, or None."""
+        """Forgets the schedule and the chain firings it was owed (in one
+        write: a new schedule given its name makes none of them); fires
+        with the record it had, or None."""
 
     def chain_firings():
         """The chain firings owed (store.chain_firings.ChainFiring: a

@@ -7,6 +7,8 @@ STATES = (PENDING, RUNNING, FINISHED)
 OUTCOMES = ("finished", "failed", "cancelled", "lost")
 # The outcome of a crawl that ran to its end (exit 0): the one a health judges.
 FINISHED_OUTCOME = "finished"
+# The outcome of a job stopped by a cancel (its reason says whose).
+CANCELLED_OUTCOME = "cancelled"
 
 # Why a job ended, beside its outcome (jobs.outcomes says which is which):
 # ``exit N`` and ``signal N`` from the crawl's status, and these. The

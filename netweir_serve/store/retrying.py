@@ -24,7 +24,8 @@ def retry_after(ended, jitter):
 
     The retry is the same job again: spider, file, settings (so its path
     settings: a checkpoint resumes where the attempt stopped), arguments,
-    priority, schedule and locks; attempt one more, ``retry_of`` the first
+    priority, schedule, locks and upstream (a chain's job retried still
+    follows the job whose end queued it); attempt one more, ``retry_of`` the first
     attempt's id, pending until ``not_before``, the end time plus the
     backoff (``jitter``, 0 to 1, adds up to 10 % to it)."""
     if ended.reason == CANCELLED_BY_USER:
@@ -43,7 +44,7 @@ def retry_after(ended, jitter):
         id=jobid, project=ended.project, spider=ended.spider, spider_file=ended.spider_file,
         settings=ended.settings, arguments=ended.arguments, priority=ended.priority,
         state=PENDING, created=end_time, schedule=ended.schedule, locks=ended.locks,
-        policy=ended.policy, attempt=attempt, retry_of=first,
+        policy=ended.policy, attempt=attempt, retry_of=first, upstream=ended.upstream,
         not_before=end_time + policy.backoff_wait(ended.attempt, jitter))
 
 

@@ -142,6 +142,15 @@ class ScheduleTable:
              "seen": seen_next_due})))
 
     def delete_schedule(self, name):
-        return self._write_statements(lambda tx: self._changed(tx, tx.one(
-            f"DELETE FROM schedules WHERE key = %(key)s RETURNING {_SELECT}",
-            {"key": fold(name)})))
+        def delete(tx):
+            deleted = self._changed(tx, tx.one(
+                f"DELETE FROM schedules WHERE key = %(key)s RETURNING {_SELECT}",
+                {"key": fold(name)}))
+            if deleted is not None:
+                # The firings it was owed go with it, in its transaction: a
+                # new schedule given its name must not make them.
+                tx.all("DELETE FROM chain_firings WHERE schedule_key = %(key)s"
+                       " RETURNING schedule_key", {"key": fold(name)})
+            return deleted
+
+        return self._write_statements(delete)
