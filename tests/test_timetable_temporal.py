@@ -207,6 +207,27 @@ class EditTests(unittest.TestCase):
         self.assertEqual((edited.anchor, edited.next_due, edited.pause_after, edited.jitter),
                          (0.0, 600.0, 3, 60.0))
 
+    def test_an_edit_keeps_a_due_time_passed_whose_job_waits_for_its_offset(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="j", every="1h", jitter="30m", overlap="allow", misfire="skip")
+        # Due at 1 h, its job starts 173 s later: 100 s after, it waits.
+        rig.clock.advance(HOUR + 100)
+        edited = self.successResultOf(rig.timetable.edit("shop", "j", {"pause_after": "3"}))
+        self.assertEqual(edited.next_due, HOUR)
+        rig.clock.advance(73)
+        self.assertEqual(rig.job_ids(), ["j-19700101T010000Z"])
+        self.assertEqual(rig.schedule("j").next_due, 2 * HOUR)
+        # A longer jitter (offset 1038 s) makes the due time fired wait
+        # again: the last_due guard fires it once, not twice.
+        edited = self.successResultOf(rig.timetable.edit("shop", "j", {"jitter": "3h"}))
+        self.assertEqual((edited.next_due, edited.last_due), (HOUR, HOUR))
+        rig.clock.advance(1038)
+        self.assertEqual(rig.job_ids(), ["j-19700101T010000Z"])
+        self.assertEqual((rig.schedule("j").next_due, rig.schedule("j").runs), (2 * HOUR, 1))
+        rig.run_until(2 * HOUR + 1038)
+        self.assertEqual(rig.job_ids(), ["j-19700101T010000Z", "j-19700101T020000Z"])
+
     def test_refused_edits_name_the_parameter_and_store_nothing(self):
         rig = Rig(self, start=0.0)
         rig.start()
@@ -277,6 +298,9 @@ class ChainEditTests(unittest.TestCase):
             ("detail", {"after": "authors"}, "would make a loop"),
             ("detail", {"on": ("sometimes",)}, "parameter 'on': 'sometimes'"),
             ("detail", {"after": "books", "cron": "0 3 * * *"}, "parameter 'cron'"),
+            ("detail", {"after": "books", "misfire": "skip"}, "parameter 'misfire'"),
+            # A chain has no due times to miss: misfire does not unmake it.
+            ("detail", {"misfire": "skip"}, "parameter 'misfire': schedule 'detail' is a chain"),
             ("detail", {"arguments": (("upstream_job", "x"),)}, "upstream_job"),
             ("nightly", {"on": ("failed",)}, "parameter 'on' is for a chain"),
         ]
