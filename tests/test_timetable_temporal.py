@@ -401,6 +401,9 @@ class BackfillTests(unittest.TestCase):
         for start, end, word in (("1970-01-01T09:00:00Z", "1970-01-01T08:00:00Z", "'to'"),
                                  ("1970-01-01T08:00:00Z", "1970-01-01T08:00:00Z", "'to'"),
                                  ("1970-01-01T07:00:00Z", "1970-01-01T09:00:00Z", "100"),
+                                 # Due times to come are the timer's.
+                                 ("1970-01-01T09:59:00Z", "1970-01-01T10:00:01Z",
+                                  "parameter 'to': '1970-01-01T10:00:01Z' is later than now"),
                                  ("yesterday", "1970-01-01T09:00:00Z", "'from'")):
             failure = self.failureResultOf(rig.timetable.backfill("shop", "bf", start, end),
                                            ScheduleRefused)
@@ -408,6 +411,18 @@ class BackfillTests(unittest.TestCase):
         self.assertEqual((rig.jobs(), rig.schedule("bf").runs), ([], 0))
         self.failureResultOf(rig.timetable.backfill("shop", "nosuch", "1970-01-01T07:00:00Z",
                                                     "1970-01-01T09:00:00Z"), UnknownSchedule)
+
+
+    def test_a_chain_is_refused_it_has_no_due_times(self):
+        from .test_chains import ChainRig
+        rig = ChainRig(self, os.path.abspath(self.mktemp()))
+        rig.start()
+        rig.add(name="detail", spider="details", after="books")
+        failure = self.failureResultOf(rig.timetable.backfill(
+            "shop", "detail", "1970-01-01T07:00:00Z", "1970-01-01T09:00:00Z"), ScheduleRefused)
+        self.assertIn("schedule 'detail' is a chain (after=books)", failure.value.message)
+        self.assertIn("no due times to backfill", failure.value.message)
+        self.assertEqual(rig.jobs(), [])
 
 
 class PauseNoteTests(unittest.TestCase):

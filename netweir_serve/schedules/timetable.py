@@ -772,9 +772,14 @@ class Timetable:
         schedule's own): they run one after another, oldest first, after
         any job of it already waiting or running. Fires with ``(record,
         queued, already)``: the ids queued, and the due times whose job
-        existed. ScheduleRefused for a reversed range or more than
-        MAX_BACKFILL due times; nothing is queued then."""
+        existed. ScheduleRefused for a reversed range, one ending later
+        than now, more than MAX_BACKFILL due times, or a chain (it has no
+        due times); nothing is queued then."""
         record = yield self._own(project, name)
+        if record.kind == chains.CHAIN_KIND:
+            raise ScheduleRefused(f"schedule {record.name!r} is a chain (after="
+                                  f"{record.rule}): it runs when its upstream's jobs end and"
+                                  " has no due times to backfill")
         zone = self.zone_of(record)
         try:
             start = times.parse_instant("from", start_text, zone)
@@ -784,6 +789,11 @@ class Timetable:
         if end <= start:
             raise ScheduleRefused(f"parameter 'to': {end_text!r} is not later than 'from'"
                                   f" {start_text!r} (the range is [from, to))")
+        if end > self._wall.seconds():
+            # The due times to come are the timer's: backfilled, their jobs
+            # would run at once, and their firings count them again.
+            raise ScheduleRefused(f"parameter 'to': {end_text!r} is later than now: a"
+                                  " backfill is for due times passed")
         try:
             rule = rule_of_record(record)
         except times.RuleError as e:
