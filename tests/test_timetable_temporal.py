@@ -164,12 +164,49 @@ class CancelOtherTests(unittest.TestCase):
         self.assertEqual(states["c-19700101T000200Z"], ("finished", "cancelled"))
         self.assertEqual(states["c-19700101T000300Z"], ("pending", None))
 
+    def test_a_job_that_cannot_be_queued_cancels_nothing(self):
+        for policy in ("cancel_other", "terminate_other"):
+            rig = CancellingRig(self, start=0.0)
+            rig.start()
+            rig.add(name="c", every="1m", overlap=policy)
+            rig.clock.advance(60)
+            running = rig.claim()
+            rig.submitter.refuse = "spider 'books' is gone"
+            rig.clock.advance(60)
+            self.assertEqual(rig.cancels, [], policy)
+            self.assertEqual(self.successResultOf(rig.store.get(running.id)).state, "running")
+            self.assertEqual((rig.schedule("c").error, rig.job_ids()),
+                             ("spider 'books' is gone", [running.id]))
+
     def test_nothing_running_cancels_nothing(self):
         rig = CancellingRig(self, start=0.0)
         rig.start()
         rig.add(name="c", every="1m", overlap="terminate_other")
         rig.run_until(300)
         self.assertEqual((rig.cancels, rig.schedule("c").runs), ([], 5))
+
+
+class SkipLockTests(unittest.TestCase):
+    def test_a_job_queued_under_skip_holds_the_lock_and_a_backfill_waits_for_it(self):
+        rig = CancellingRig(self, start=10 * HOUR)
+        rig.start()
+        rig.add(name="s", every="1h")
+        rig.clock.advance(HOUR)
+        [fired] = rig.jobs()
+        self.assertEqual(fired.locks, (policies.schedule_lock("s"),))
+        self.assertEqual(rig.claim().id, fired.id)
+        self.successResultOf(rig.timetable.backfill("shop", "s", "1970-01-01T08:00:00Z",
+                                                    "1970-01-01T10:00:00Z"))
+        self.assertIsNone(rig.claim())
+        self.successResultOf(rig.store.mark_finished(fired.id, "finished", 11 * HOUR + 5))
+        self.assertEqual(rig.claim().id, "s-19700101T080000Z")
+
+    def test_allow_alone_queues_without_the_lock(self):
+        rig = CancellingRig(self, start=0.0)
+        rig.start()
+        rig.add(name="a", every="1h", overlap="allow")
+        rig.clock.advance(HOUR)
+        self.assertEqual([r.locks for r in rig.jobs()], [()])
 
 
 class EditTests(unittest.TestCase):

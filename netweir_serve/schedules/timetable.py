@@ -447,19 +447,22 @@ class Timetable:
                           " still {state}", name=record.name, jobid=jobid,
                           state="pending" if pending else "running")
             return {"skipped_added": 1}
-        if plan.cancel:
-            if not self._may_queue(record, current):
-                return {}
-            yield self._cancel_others(record, jobid, plan.kill)
         request = JobRequest(
             project=record.project, spider=record.spider, settings=record.settings,
             arguments=tuple(record.arguments) + tuple(arguments), jobid=jobid,
             priority=record.priority, schedule=record.name,
             schedule_locks=(policies.schedule_lock(record.name),) if plan.locked else (),
             policy=JobPolicy.from_json(record.policy), upstream=upstream)
-        if not self._may_queue(record, current):
-            return {}  # deleted or paused while its firing was looked at
         try:
+            if plan.cancel:
+                if not self._may_queue(record, current):
+                    return {}
+                # The new job checked first: one that cannot be queued (the
+                # spider gone, say) must not cost the running one its run.
+                yield self._submitter.check(request)
+                yield self._cancel_others(record, jobid, plan.kill)
+            if not self._may_queue(record, current):
+                return {}  # deleted or paused while its firing was looked at
             job = yield self._submitter.submit(request)
         except DuplicateJob:
             return {"runs_added": 1, "last_job": jobid, "error": None}
