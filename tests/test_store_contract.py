@@ -1429,6 +1429,21 @@ class ScheduleStoreContract:
                          " (failed, exit 1)")
 
     @defer.inlineCallbacks
+    def test_a_job_older_than_the_schedule_of_its_name_counts_in_no_streak(self):
+        # A deleted schedule's job ending: the new schedule given its name
+        # (made after the job) owes it nothing, and is not paused by it.
+        yield self.store.add_schedule(schedule("tick", pause_after=1, created=50.0))
+        ended = yield self.end_run("old", "failed")  # created at 1.0
+        self.assertIsNone(ended.paused_schedule)
+        found = yield self.store.get_schedule("tick")
+        self.assertEqual((found.paused, found.failed_in_row), (False, 0))
+        yield self.store.add(replace(self.retrying("new", policy={}, schedule="Tick"),
+                                     created=60.0))
+        ended = yield self.run_and_end("new", 100.0)
+        self.assertEqual((ended.paused_schedule.paused, ended.paused_schedule.failed_in_row),
+                         (True, 1))
+
+    @defer.inlineCallbacks
     def test_without_pause_after_the_streak_is_kept_and_nothing_pauses(self):
         yield self.store.add_schedule(schedule("tick"))
         for n in range(3):
