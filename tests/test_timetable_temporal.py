@@ -377,8 +377,8 @@ class RacingNodeTests(unittest.TestCase):
     def test_the_job_seen_waiting_is_this_one_counted_once_not_skipped(self):
         for overlap in ("skip", "buffer_one"):
             rig, changes = self.racing(overlap)
-            self.assertEqual(changes, {"runs_added": 1, "last_job": "r-raced", "error": None},
-                             overlap)
+            self.assertEqual(changes, {"last_job": "r-raced", "error": None}, overlap)
+            self.assertEqual(rig.schedule("r").runs, 1, overlap)
             self.assertEqual(rig.job_ids(), ["r-raced"])
 
     def test_cancel_other_does_not_cancel_the_job_it_is_making(self):
@@ -394,8 +394,8 @@ class RunNowTests(unittest.TestCase):
         rig.start()
         rig.add(name="n", every="1h")
         record, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "n"))
-        self.assertEqual((jobid, changes.get("runs_added"), record.runs),
-                         ("n-19700101T001640Z", 1, 1))
+        self.assertEqual((jobid, changes.get("queued"), record.runs),
+                         ("n-19700101T001640Z", True, 1))
         self.assertEqual(rig.job_ids(), ["n-19700101T001640Z"])
         rig.clock.advance(5)
         record, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "n"))
@@ -460,6 +460,72 @@ class BackfillTests(unittest.TestCase):
         self.assertIn("schedule 'detail' is a chain (after=books)", failure.value.message)
         self.assertIn("no due times to backfill", failure.value.message)
         self.assertEqual(rig.jobs(), [])
+
+
+class RunCountTests(unittest.TestCase):
+    """Each job a schedule queues is counted once, by the insert that
+    queues it, whatever queued it and wherever that stopped."""
+
+    def test_a_backfill_of_a_skipped_due_time_then_a_restart_counts_each_job_once(self):
+        path = os.path.join(self.mktemp() + ".db")
+        rig = Rig(self, start=0.0, path=path)
+        rig.start()
+        rig.add(name="s", every="1h")
+        rig.clock.advance(HOUR)
+        rig.clock.advance(HOUR)  # skipped: the first job still waits
+        rig.finish_all()
+        self.assertEqual((rig.schedule("s").runs, rig.schedule("s").skipped), (1, 1))
+        rig.clock.advance(600)
+        record, queued, _ = self.successResultOf(rig.timetable.backfill(
+            "shop", "s", "1970-01-01T02:00:00Z", "1970-01-01T02:10:00Z"))
+        self.assertEqual((queued, record.runs), (["s-19700101T020000Z"], 2))
+        rig.timetable.stop()
+        self.successResultOf(rig.store.close())
+        rig.store = SQLiteJobStore(path, rig.clock)
+        rig.timetable = rig.new_timetable()
+        rig.start()
+        self.assertEqual((rig.schedule("s").runs, len(rig.jobs())), (2, 2))
+
+    def test_a_run_now_in_a_jittered_due_second_is_its_firings_job_counted_once(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="j", every="1h", jitter="30m", overlap="allow")
+        rig.clock.advance(HOUR)
+        _, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "j"))
+        rig.clock.advance(173)  # the firing, its offset later, finds it queued
+        record = rig.schedule("j")
+        self.assertEqual((record.runs, record.last_job, rig.job_ids()),
+                         (1, "j-19700101T010000Z", ["j-19700101T010000Z"]))
+        self.assertEqual((jobid, changes.get("queued")), ("j-19700101T010000Z", True))
+
+    def test_a_backfill_stopped_part_way_counts_the_jobs_it_queued(self):
+        rig = Rig(self, start=10 * HOUR)
+        rig.start()
+        rig.add(name="bf", every="1h")
+        real_submit, calls = rig.submitter.submit, []
+
+        def submit(request):
+            calls.append(request.jobid)
+            if len(calls) == 3:
+                rig.submitter.refuse = "spider 'books' is gone"
+            return real_submit(request)
+
+        self.patch(rig.submitter, "submit", submit)
+        failure = self.failureResultOf(rig.timetable.backfill(
+            "shop", "bf", "1970-01-01T05:00:00Z", "1970-01-01T09:00:00Z"), ScheduleRefused)
+        self.assertIn("(2 queued before it)", failure.value.message)
+        record = rig.schedule("bf")
+        self.assertEqual((record.runs, record.buffered, len(rig.jobs())), (2, 1, 2))
+
+    def test_a_backfill_behind_a_job_counts_its_jobs_buffered(self):
+        rig = Rig(self, start=10 * HOUR)
+        rig.start()
+        rig.add(name="bf", every="1h")
+        rig.clock.advance(HOUR)  # its job waits
+        record, queued, _ = self.successResultOf(rig.timetable.backfill(
+            "shop", "bf", "1970-01-01T07:00:00Z", "1970-01-01T10:00:00Z"))
+        self.assertEqual((len(queued), record.runs, record.buffered), (3, 4, 3))
+        self.assertEqual(rig.schedule("bf"), record)
 
 
 class PauseNoteTests(unittest.TestCase):

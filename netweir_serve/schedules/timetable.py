@@ -198,11 +198,12 @@ class Timetable:
 
     @defer.inlineCallbacks
     def _count_unrecorded_job(self, record):
-        # A service killed between queueing a firing's job and counting it
-        # left the job of ``last_due`` (the due time its firing took)
-        # uncounted: count it. (A table written before firings took their
-        # due time first shows such a job as that of ``next_due``, not
-        # taken: take that due time as fired too.)
+        # A service killed between queueing a firing's job and recording it
+        # left the job of ``last_due`` (the due time its firing took) out of
+        # ``last_job`` (its insert counted it in ``runs``): record it. (A
+        # table written before firings took their due time first shows such
+        # a job as that of ``next_due``, not taken: take that due time as
+        # fired too.)
         for due in (record.last_due, record.next_due):
             if due is None:
                 continue
@@ -215,7 +216,7 @@ class Timetable:
                 record = yield self._store.claim_firing(record.name, record.seq, due,
                                                         upcoming, due)
             if record is not None:
-                yield self._update(record, last_job=jobid, error=None, runs_added=1)
+                yield self._update(record, last_job=jobid, error=None)
             return
 
     def reload(self):
@@ -396,7 +397,7 @@ class Timetable:
         self._keep(claimed, announce=False)
         changes = {} if due is None else (yield self._queue(claimed, due))
         grace = 0.0 if decide is times.catch_up else times.GRACE
-        if due is not None and changes.get("runs_added") and now - due > grace:
+        if due is not None and changes.get("last_job") and now - due > grace:
             # A run made up for (misfire=once), at start or after a long stall.
             changes["caught_up_added"] = 1
         if changes:
@@ -426,10 +427,12 @@ class Timetable:
         a run asked now, a chain's), as its overlap policy allows, with
         ``arguments`` (pairs) after the schedule's own and, for a chain's,
         the ``upstream`` job that owes it. Fires with the schedule's
-        changes (for ``update_schedule``): a job counted once, a skip, or
-        the error that queued nothing. The id is the duplicate guard: a job
-        of that id queued before (a restart, another node) is not queued
-        again, and is counted once. ``overlap`` in place of the schedule's
+        changes (for ``update_schedule``): the job as its ``last_job`` (and
+        ``buffered_added`` when it waits behind another), a skip, or the
+        error that queued nothing; the job is counted in ``runs`` by the
+        insert that queues it (IJobStore.add), never here. The id is the
+        duplicate guard: a job of that id queued before (a restart, another
+        node) is not queued again. ``overlap`` in place of the schedule's
         own (a backfill's buffer_all); schedules.overlap says what each
         does. With ``current`` (a firing's), nothing is queued once the
         schedule is paused or deleted meanwhile; a run asked by name (now,
@@ -465,13 +468,13 @@ class Timetable:
                 return {}  # deleted or paused while its firing was looked at
             job = yield self._submitter.submit(request)
         except DuplicateJob:
-            return {"runs_added": 1, "last_job": jobid, "error": None}
+            return {"last_job": jobid, "error": None}
         except SubmitRefused as e:
             self.log.warn("schedule {name}: queued no job {jobid}: {why}",
                           name=record.name, jobid=jobid, why=e.message)
             return {"error": e.message}
         self.log.info("schedule {name} queued job {jobid}", name=record.name, jobid=job.id)
-        changes = {"runs_added": 1, "last_job": job.id, "error": None}
+        changes = {"last_job": job.id, "error": None}
         if plan.buffered:
             changes["buffered_added"] = 1
         return changes
@@ -479,10 +482,10 @@ class Timetable:
     @staticmethod
     def _queued_before(record, jobid):
         # Queued before a restart (or by another node): not again, and
-        # counted once.
+        # counted already (by its insert).
         if record.last_job == jobid:
             return {}
-        return {"runs_added": 1, "last_job": jobid, "error": None}
+        return {"last_job": jobid, "error": None}
 
     def _may_queue(self, record, current):
         # A run asked by name (now, a backfill) read the schedule from the
@@ -747,8 +750,8 @@ class Timetable:
         overlap applies), named after the current time
         (``NAME-YYYYMMDDTHHMMSSZ``); a paused schedule runs too (asked by
         name). Fires with ``(record, jobid, changes)``: the job's id and
-        what happened (``runs_added``, ``skipped_added``, or ``error``: why
-        no job could be queued, with nothing written)."""
+        what happened (``queued``: True, ``skipped_added``, or ``error``:
+        why no job could be queued, with nothing written)."""
         record = yield self._own(project, name)
         jobid = times.job_id_for(record.name, self._wall.seconds())
         if (yield self._store.get(jobid)) is not None:
@@ -758,11 +761,11 @@ class Timetable:
             # Refused (the spider is gone, say): the caller hears why, and
             # the schedule's own error stays its firings'.
             return record, jobid, changes
-        # Not its last_job: that is its last firing's (a restart counts a
+        # Not its last_job: that is its last firing's (a restart records a
         # firing's job by it).
-        changes.pop("last_job", None)
+        queued = changes.pop("last_job", None) is not None
         updated = (yield self._update(record, **changes)) if changes else record
-        return (updated or record), jobid, changes
+        return (updated or record), jobid, dict(changes, queued=True) if queued else changes
 
     @defer.inlineCallbacks
     def backfill(self, project, name, start_text, end_text):
@@ -807,7 +810,7 @@ class Timetable:
             raise ScheduleRefused(
                 f"parameter 'to': the range holds more than {MAX_BACKFILL} due times;"
                 " backfill it in parts")
-        queued, already, runs = [], [], 0
+        queued, already, buffered = [], [], 0
         for due in dues:
             jobid = times.job_id_for(record.name, due)
             if (yield self._store.get(jobid)) is not None:
@@ -815,15 +818,20 @@ class Timetable:
                 continue
             changes = yield self.queue_job(record, jobid, overlap="buffer_all", current=False)
             if changes.get("error"):
+                # The jobs queued before it stay (each counted by its
+                # insert): so do their buffered counts.
+                if buffered:
+                    yield self._update(record, buffered_added=buffered)
                 raise ScheduleRefused(f"backfill stopped at {jobid}: {changes['error']}"
                                       + (f" ({len(queued)} queued before it)" if queued
                                          else ""))
-            if changes.get("runs_added"):
+            if changes.get("last_job"):
                 queued.append(jobid)
-                runs += 1
+                buffered += changes.get("buffered_added", 0)
         updated = record
-        if runs:
-            updated = (yield self._update(record, runs_added=runs)) or record
+        if queued:
+            # Read back with the runs their inserts counted.
+            updated = (yield self._update(record, buffered_added=buffered)) or record
         self.log.info("schedule {name}: backfilled {n} job(s), {m} due time(s) queued before",
                       name=record.name, n=len(queued), m=len(already))
         return updated, queued, already
