@@ -1522,6 +1522,24 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.store.get_schedule("tick")).runs, 2)
 
     @defer.inlineCallbacks
+    def test_a_new_priority_is_given_to_the_schedules_pending_jobs_alone(self):
+        yield self.store.add_schedule(schedule("Tick", created=5.0))
+        for jobid, name, created in (("run", "Tick", 6.0), ("wait1", "Tick", 7.0),
+                                     ("wait2", "Tick", 8.0), ("older", "Tick", 1.0),
+                                     ("others", "other", 9.0), ("plain", None, 9.0)):
+            yield self.store.add(replace(record(jobid, created=created), schedule=name))
+        self.assertEqual((yield self.store.claim_next(NODE_A, ["shop"], 10.0)).id, "run")
+        updated = yield self.store.update_schedule("tick", priority=2.5)
+        self.assertEqual(updated.priority, 2.5)
+        found = {}
+        for jobid in ("run", "wait1", "wait2", "older", "others", "plain"):
+            found[jobid] = (yield self.store.get(jobid)).priority
+        self.assertEqual(found, {"run": 0.0, "wait1": 2.5, "wait2": 2.5, "older": 0.0,
+                                 "others": 0.0, "plain": 0.0})
+        # Claims take them first now, in the order queued.
+        self.assertEqual((yield self.store.claim_next(NODE_A, ["shop"], 11.0)).id, "wait1")
+
+    @defer.inlineCallbacks
     def test_a_job_older_than_the_schedule_of_its_name_is_not_its_run(self):
         # A deleted schedule's job queued before its namesake was added.
         yield self.store.add_schedule(schedule(created=50.0))

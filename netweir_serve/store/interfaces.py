@@ -211,7 +211,9 @@ class IScheduleStore(Interface):
         ``buffered_added`` and ``caught_up_added`` to the counts, of the
         schedule ``name`` (and, given, ``seq``: not a later one of the same
         name). ``runs`` is not among them: IJobStore.add counts each job.
-        Fires with the new record, or None if there is none."""
+        A new ``priority`` is given, in the same transaction, to the
+        schedule's pending jobs (those queued since it was added). Fires
+        with the new record, or None if there is none."""
 
     def delete_schedule(name):
         """Forgets the schedule and the chain firings it was owed (in one

@@ -34,6 +34,12 @@ _INSERTED = tuple(name for name in _NAMES if name != "seq")
 _INSERT = (f"INSERT INTO schedules (key, project_key, {', '.join(_INSERTED)})"
            f" VALUES (%(key)s, %(project_key)s, {', '.join(f'%({n})s' for n in _INSERTED)})"
            f" RETURNING {_SELECT}")
+# A schedule's jobs waiting take its new priority: claims take jobs by
+# priority, then seq, so its buffered jobs keep leaving the queue in the
+# order queued, and with the others' as the edit says. Its own jobs alone:
+# not those of a deleted schedule of its name (queued before it was made).
+_REPRIORITISED = ("UPDATE jobs SET priority = %(priority)s WHERE schedule = %(name)s"
+                  " AND state = 'pending' AND created >= %(created)s RETURNING seq")
 # With ``seq``: only that schedule, not a new one given its name since.
 _WHOSE = "key = %(key)s AND (CAST(%(seq)s AS BIGINT) IS NULL OR seq = %(seq)s)"
 
@@ -84,7 +90,15 @@ class ScheduleTable:
                 name, seq, (skipped_added, buffered_added, caught_up_added), changes)
         except TypeError as e:
             return defer.fail(e)
-        return self._write_statements(lambda tx: self._changed(tx, tx.one(statement, values)))
+
+        def update(tx):
+            updated = self._changed(tx, tx.one(statement, values))
+            if updated is not None and "priority" in changes:
+                tx.all(_REPRIORITISED, {"priority": values["set_priority"],
+                                        "name": updated.name, "created": updated.created})
+            return updated
+
+        return self._write_statements(update)
 
     def _update(self, name, seq, counts_added, changes):
         """(statement, values) of update_schedule (``counts_added`` those
