@@ -75,10 +75,46 @@ def _start_logging(level):
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
 
 
+def token_main(argv):
+    """``netweir-serve token ...`` (access.commands): its exit status."""
+    from twisted.internet import defer, task
+
+    from .access import commands
+    from .clocks import WallClock
+    from .store import open_store
+
+    arguments = commands.parse(argv)
+    outcome = []
+
+    def run(reactor):
+        try:
+            if arguments.jobs_db is None:
+                # As the service makes it: a token may be added before its first start.
+                os.makedirs(arguments.dir, exist_ok=True)
+            store = open_store(arguments.dir, reactor, url=arguments.jobs_db, reactor=reactor)
+        except Exception as e:
+            sys.stderr.write(f"{commands.PROG}: error: {e}\n")
+            outcome.append(1)
+            return defer.succeed(None)
+        d = commands.run(arguments, store, WallClock())
+        d.addCallback(outcome.append)
+        return d.addBoth(lambda _: store.close())
+
+    try:
+        task.react(run)
+    except SystemExit:
+        pass
+    return outcome[0] if outcome else 1
+
+
 def main(argv=None):
     """``netweir-serve [options]``: runs until stopped; exit status 0 after
-    a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options."""
-    options = parse(sys.argv[1:] if argv is None else argv)
+    a stop by Ctrl-C or SIGTERM, 1 when it cannot start, 2 for bad options.
+    ``netweir-serve token ...`` manages the tokens (token_main)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["token"]:
+        return token_main(argv[1:])
+    options = parse(argv)
     level = LogLevel.levelWithName(options["log-level"])
     # Without an ssl: endpoint or an https:// --notify URL the service
     # speaks plain HTTP: keep Twisted from loading pyOpenSSL for TLS it will

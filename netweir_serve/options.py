@@ -76,6 +76,10 @@ class ServeConfig:
     checkers: tuple = ()
     # Endpoints other machines reach may go without a password.
     insecure_no_auth: bool = False
+    # The job table had a token when the options were checked: every
+    # request needs credentials (access.tokens), so other machines may
+    # reach the service without --username.
+    tokens_exist: bool = False
     # Where it listens (listening.Listener each, from --listen); none: the
     # tcp endpoint of bind and port.
     listeners: tuple = ()
@@ -137,8 +141,9 @@ class ServeConfig:
 
     @property
     def authenticated(self):
-        """Whether every request needs a username and password."""
-        return self.credentials is not None or bool(self.checkers)
+        """Whether every request needs credentials: a username and
+        password, or a token (one existed at start)."""
+        return self.credentials is not None or bool(self.checkers) or self.tokens_exist
 
     def warnings(self, reaches=None):
         """Sentences to log at start about how this configuration is exposed;
@@ -158,8 +163,9 @@ class ServeConfig:
 def exposed_refusal(given):
     """The usage error for an endpoint other machines reach, without auth."""
     return (f"{given} lets other machines reach the service, and"
-            " no username and password are set: set NETWEIR_SERVE_USERNAME and"
-            " NETWEIR_SERVE_PASSWORD, or give --insecure-no-auth if you really"
+            " no username and password are set, nor any token: set NETWEIR_SERVE_USERNAME"
+            " and NETWEIR_SERVE_PASSWORD, add a token (netweir-serve token add), or give"
+            " --insecure-no-auth if you really"
             " mean to let anyone who can reach it run spiders")
 
 
@@ -441,6 +447,13 @@ class ServeOptions(usage.Options):
         authenticated = self["credentials"] is not None or bool(self.checkers)
         if authenticated or self["insecure-no-auth"]:
             return
+        if any(listener.reach == PUBLIC for listener in self["listen"]) or (
+                not self["listen"] and not is_loopback(self["bind"])):
+            from .access.tokens import tokens_exist
+
+            self["tokens-exist"] = tokens_exist(self["dir"], self["jobs-db"])
+            if self["tokens-exist"]:
+                return
         if not self["listen"] and not is_loopback(self["bind"]):
             raise usage.UsageError(exposed_refusal(f"--bind {self['bind']}"))
         for listener in self["listen"]:
@@ -485,6 +498,7 @@ class ServeOptions(usage.Options):
             credentials=self["credentials"],
             checkers=self.checkers,
             insecure_no_auth=bool(self["insecure-no-auth"]),
+            tokens_exist=bool(self.get("tokens-exist")),
             listeners=tuple(self["listen"]),
             notify=tuple(self["notify"]),
             notify_on=tuple(self["notify-on"]),

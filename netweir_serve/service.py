@@ -19,7 +19,7 @@ from .cluster.membership import NodeMembership
 from .dirlock import DirectoryUnusable, lock_directory
 from .jobs.adoption import end_processes_of_lost_jobs, settle_left_running
 from .jobs.core import build_job_core
-from .jobs.events import CHANGED, ENDED, QUEUED, STARTED
+from .jobs.events import CHANGED, ENDED, QUEUED, RECORDED_LATE, STARTED
 from .jobs.history import StatsHistory
 from .jobs.notify import Notifier
 from .jobs.process import job_environment
@@ -40,6 +40,7 @@ from .web.answer import name_node
 from .web.api import Api
 from .web.elsewhere import Owners
 from .web.events import EventHub, Events
+from .access.tokens import KdfPool, TokenBook, TokenChecker
 from .web.guard import GuardedResource
 from .web.limits import ConnectionCaps, limit
 from .web.listings import listers
@@ -388,12 +389,16 @@ def makeService(config, reactor, wall=None):
     watching.show_schedules(timetable)
     root = _resource_tree(config, reactor, store, core, reader, submitter, timetable,
                           watching, wall, groups)
+    tokens = _tokens(store, reactor, wall)
+    # An /events stream of a token revoked meanwhile ends within a second.
+    watching.hub.admission = tokens[0].still_admits
     serve = ServeService(config, reactor, lock, store, core.launcher, core.poller, core.pruner,
-                         reader, timetable, _listening(config, reactor, root))
+                         reader, timetable, _listening(config, reactor, root, tokens))
     serve.wall = wall
     serve.deadlines = deadlines
     serve.chains = Chains(store, timetable, reactor, serves)
-    core.events.subscribe(lambda kind, record: serve.chains.ended(record), kinds=(ENDED,))
+    core.events.subscribe(lambda kind, record: serve.chains.ended(record),
+                          kinds=(ENDED, RECORDED_LATE))
     if store.shared:
         serve.membership = NodeMembership(store, core.launcher, core.poller, timetable, reactor,
                                           config.node, config.node_url or serve.node_url,
@@ -436,7 +441,7 @@ def _hear_pauses(events, timetable):
         if record.paused_schedule is not None:
             timetable.heard_paused(record.paused_schedule)
 
-    events.subscribe(ended, kinds=(ENDED,))
+    events.subscribe(ended, kinds=(ENDED, RECORDED_LATE))
 
 
 def _hear_deadlines(events, deadlines):
@@ -481,6 +486,13 @@ def _resync(hub, deadlines):
     deadlines.resync()
 
 
+def site_resources(api, watching):
+    """{path segment: resource} of the pages and streams beside the API
+    (every path the root serves is in access.endpoints' table)."""
+    return {**site_pages(api), b"events": Events(watching.hub),
+            b"metrics": Metrics(watching.metrics)}
+
+
 def _resource_tree(config, reactor, store, core, reader, submitter, timetable, watching,
                    wall, groups):
     """The twisted.web resource tree every endpoint serves."""
@@ -490,14 +502,21 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
               listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
                   reactor, reactor.getThreadPool(), f, *args), wall=wall)
-    pages = {**site_pages(api), b"events": Events(watching.hub),
-             b"metrics": Metrics(watching.metrics)}
-    return Root(api, config.directory, pages=pages, listers=listers(config.projects),
+    return Root(api, config.directory, pages=site_resources(api, watching),
+                listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, core.launcher,
                                                          config.directory, wall)})
 
 
-def _listening(config, reactor, root):
+def _tokens(store, reactor, wall):
+    """(TokenBook, TokenChecker) of the job table's tokens; the KDF of a
+    check runs in threads of its own (about 50 ms each: access.tokens.KdfPool)."""
+    book = TokenBook(store, reactor, wall)
+    checker = TokenChecker(book, reactor, kdf_aside=KdfPool(reactor))
+    return book, checker
+
+
+def _listening(config, reactor, root, tokens=None):
     """A Listening for each endpoint of ``config``, each with a guard and
     a site of its own (a loopback endpoint checks Host, a TLS one knows
     its origin is https), all sharing one resource tree and one set of
@@ -511,7 +530,8 @@ def _listening(config, reactor, root):
         if reach == PUBLIC and not (config.authenticated or config.insecure_no_auth):
             raise ListenError(exposed_refusal(f"--listen {listener.description}"))
         guard = GuardedResource(root, config.credentials, loopback_only=reach == LOOPBACK,
-                                checkers=config.checkers)
+                                checkers=config.checkers, tokens=tokens,
+                                may_be_open=reach != PUBLIC or config.insecure_no_auth)
         site = QuietSite(guard, requestFactory=ServeRequest, reactor=reactor)
         site.displayTracebacks = False
         site.log_requests = config.log_level == "debug"

@@ -71,6 +71,7 @@ class Step:
     command: str
     shown: str = None   # the answer the page shows, as text
     log: str = None     # the log lines the page shows a service starting with
+    capture: bool = False   # inside $(...): its standard output is a value
 
     def words(self):
         return shlex.split(self.command, comments=True)
@@ -198,11 +199,21 @@ class Session:
     ids: dict = field(default_factory=dict)
     scratch: str = None
     databases: dict = field(default_factory=dict)   # a page's name -> the test's
+    variables: dict = field(default_factory=dict)   # NAME=$(...) a page set
 
     def __post_init__(self):
         self.scratch = tempfile.mkdtemp(prefix="docsrun-", dir=os.path.abspath("."))
 
     def run(self, step):
+        # NAME=$(command): the command's standard output, for $NAME later.
+        assigned = re.match(r"^([A-Za-z_]\w*)=\$\((.*)\)$", step.command.strip())
+        if assigned:
+            name, inner = assigned.groups()
+            self.variables[name] = self.run(Step(step.block, inner, capture=True)).strip()
+            return None
+        for name, value in self.variables.items():
+            step = Step(step.block, re.sub(r"\$\{?" + name + r"\b\}?", value, step.command),
+                        step.shown, step.log, step.capture)
         words = step.words()
         env = {}
         while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
@@ -211,6 +222,8 @@ class Session:
         program = os.path.basename(words[0])
         if program == "curl":
             return self.curl(step, words)
+        if program == "netweir-serve" and words[1:2] == ["token"]:
+            return self.token(step, words, env)
         if program == "netweir-serve":
             return self.serve(step, words, env)
         if program in ("createdb", "psql"):
@@ -264,6 +277,32 @@ class Session:
             self.testcase.assertEqual(real, shown, f"{step.block.where()}: the log of"
                                                    f" {step.command}")
         return None
+
+    def token(self, step, words, env):
+        """A ``netweir-serve token`` line, its --dir made the scratch folder
+        the page's service of that --dir has (or will have). Its standard
+        output alone when captured (``$(...)``)."""
+        args = words[1:]
+        if "--dir" in args:
+            at = args.index("--dir")
+            args[at + 1] = self.directory_of(args[at + 1])
+        argv = [sys.executable, "-m", "netweir_serve"] + args
+        if step.capture:
+            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, **env})
+            if done.returncode != 0:
+                raise AssertionError(f"{step.block.where()}: {step.command} exited with"
+                                     f" {done.returncode}: {done.stderr}")
+            return done.stdout
+        return self.command(argv, env=env, check=step.shown is None)
+
+    def directory_of(self, given):
+        """The scratch folder of the page's ``--dir given``: that of the
+        service last started with it, if any."""
+        wanted = os.path.join(self.scratch, given.strip("/").replace("/", "_"))
+        used = [d.directory for d in self.services.values()
+                if d.directory == wanted or d.directory.startswith(wanted + "-")]
+        return used[-1] if used else wanted
 
     def service(self, port="6800"):
         return self.services[port]

@@ -119,6 +119,45 @@ class HubTests(unittest.TestCase):
                          ("j1", "/logs/shop/books/j1.log", 123.0))
         self.assertNotIn("health", first)
 
+    def test_each_stream_gets_only_the_projects_its_identity_sees(self):
+        from netweir_serve.access.roles import ADMIN, VIEWER, Identity
+        shop_viewer, admin = FakeRequest(), FakeRequest()
+        shop_viewer.netweir_identity = Identity.of("ci", VIEWER, ["SHOP"], token=True)
+        admin.netweir_identity = Identity.of("root", ADMIN)
+        for request in (shop_viewer, admin):
+            self.hub.open(request)
+        self.events.publish(QUEUED, job())
+        self.events.publish(QUEUED, job(id="n1", project="news"))
+        self.assertEqual([e["id"] for _, e in shop_viewer.events()], ["j1"])
+        self.assertEqual([e["id"] for _, e in admin.events()], ["j1", "n1"])
+
+    def test_a_tokens_stream_ends_once_its_token_no_longer_stands(self):
+        from netweir_serve.access.roles import ADMIN, VIEWER, Identity
+        standing = {"ci"}
+        asked = []
+
+        def admission():
+            asked.append(self.clock.seconds())
+            return defer.succeed(lambda identity: identity.who in standing)
+
+        self.hub.admission = admission
+        token, password = FakeRequest(), FakeRequest()
+        token.netweir_identity = Identity.of("ci", VIEWER, ["shop"], token=True)
+        password.netweir_identity = Identity.of("ops", ADMIN)
+        self.hub.open(password)
+        self.clock.advance(5)
+        self.assertEqual(asked, [])      # no token's stream: nothing to ask
+        self.hub.open(token)
+        self.clock.advance(0.5)
+        self.assertFalse(token.finished)
+        standing.clear()
+        self.clock.advance(0.5)
+        self.assertTrue(token.finished)
+        self.assertFalse(password.finished)
+        self.assertEqual(self.hub.streams(), 1)
+        self.clock.advance(5)
+        self.assertEqual(len(asked), 2)  # asked no more once no token's stream is open
+
     def test_an_ended_event_carries_the_health_beside_the_outcome(self):
         request = self.open()
         reasons = ("items 4 < min_items 10",)

@@ -23,7 +23,9 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from netweir_serve.jobs.events import RECORDED_LATE
 from netweir_serve.jobs.launcher import END_RETRY_DELAY
+from netweir_serve.reliability.policy import JobPolicy
 from netweir_serve.store.records import JobRecord, StoreError
 from netweir_serve.store.sqlite import SQLiteJobStore
 
@@ -217,6 +219,25 @@ class UnrecordedEndTests(unittest.TestCase):
         rig.poller.poll()
         rig.settle()
         self.assertEqual(rig.get("b").state, "running")
+        self.flushLoggedErrors(StoreError)
+
+    def test_an_end_recorded_late_is_told_with_the_health_its_write_gave(self):
+        rig = self.rig
+        late = []
+        rig.events.subscribe(lambda kind, record: late.append(record), kinds=(RECORDED_LATE,))
+        rig.schedule("a", policy=JobPolicy(min_items=5))
+        rig.write_stats("a", {"items": 1, "fetched": 3})
+        rig.exit("a", 0)
+        # Announced at once, before the table has it: no health yet.
+        self.assertEqual([(r.id, r.outcome, r.health) for r in rig.ended],
+                         [("a", "finished", None)])
+        self.space_again()
+        rig.reactor.advance(END_RETRY_DELAY)
+        # Recorded: told again with its health (--notify-on degraded and the
+        # degraded counter hear this), and not as a second end.
+        self.assertEqual([(r.id, r.health, r.health_reasons) for r in late],
+                         [("a", "degraded", ("items 1 < min_items 5",))])
+        self.assertEqual(len(rig.ended), 1)
         self.flushLoggedErrors(StoreError)
 
     @staticmethod

@@ -479,3 +479,76 @@ class ParsingTests(TestCase):
         self.assertIsNone(guard.check(request))
         request.requestHeaders.setRawHeaders(b"origin", [b"null"])
         self.assertEqual(guard.check(request).code, 403)
+
+
+class TokenTests(GuardTestCase):
+    """Tokens beside the password: Bearer secrets and basic auth, and no
+    credentials asked for on loopback while there is no token and no
+    password."""
+
+    def setUp(self):
+        import os
+
+        from netweir_serve.access.tokens import TokenBook, TokenChecker, hash_secret, new_secret
+        from netweir_serve.store.sqlite import SQLiteJobStore
+        from netweir_serve.store.token_records import TokenRecord
+        from twisted.internet.task import Clock
+
+        self.clock = Clock()
+        self.table = SQLiteJobStore(os.path.abspath(self.mktemp()), self.clock)
+        self.addCleanup(self.table.close)
+        book = TokenBook(self.table, self.clock, self.clock)
+        self.tokens = (book, TokenChecker(book, self.clock))
+        self.secret = new_secret("ci")
+        self.record = TokenRecord(name="ci", role="admin", hash=hash_secret(self.secret))
+
+    def add_token(self):
+        self.successResultOf(self.table.add_token(self.record))
+        self.clock.advance(1)   # read again
+
+    @inlineCallbacks
+    def test_open_on_loopback_until_a_token_exists_then_every_path_needs_one(self):
+        guard = GuardedResource(tree(), tokens=self.tokens)
+        self.assertReached((yield self.fetch(guard, b"/listjobs.json")), b"/listjobs.json")
+        self.add_token()
+        bearer = b"Bearer " + self.secret.encode()
+        for path in PATHS:
+            self.assertUnauthorized((yield self.fetch(guard, path)))
+            for authorization in (bearer, basic(b"ci", self.secret.encode())):
+                answer = yield self.fetch(guard, path, headers=[(b"Authorization", authorization)])
+                self.assertReached(answer, path)
+
+    @inlineCallbacks
+    def test_a_public_endpoint_stays_shut_once_its_last_token_is_revoked(self):
+        # Review of issue 26: it started because a token existed; revoking
+        # the last one opened it to everyone, as an admin.
+        guard = GuardedResource(tree(), loopback_only=False, tokens=self.tokens,
+                                may_be_open=False)
+        self.add_token()
+        self.assertUnauthorized((yield self.fetch(guard, b"/listjobs.json")))
+        self.successResultOf(self.table.revoke_token("ci"))
+        self.clock.advance(1)   # read again
+        for path in PATHS:
+            self.assertUnauthorized((yield self.fetch(guard, path)))
+
+    @inlineCallbacks
+    def test_malformed_or_wrong_bearer_secrets_are_refused(self):
+        guard = GuardedResource(tree(), credentials=CREDENTIALS, tokens=self.tokens)
+        self.add_token()
+        for headers in ([(b"Authorization", b"Bearer")],
+                        [(b"Authorization", b"Bearer ci.wrong")],
+                        [(b"Authorization", b"Bearer \xff\xfe")],
+                        [(b"Authorization", b"Bearer " + self.secret.encode()),
+                         (b"Authorization", b"Bearer " + self.secret.encode())]):
+            self.assertUnauthorized((yield self.fetch(guard, b"/listjobs.json",
+                                                      headers=headers)))
+        # The password still lets its user in beside the tokens.
+        self.assertReached((yield self.fetch(guard, b"/listjobs.json",
+                                             headers=[(b"Authorization", GOOD)])),
+                           b"/listjobs.json")
+
+    @inlineCallbacks
+    def test_without_a_token_book_a_bearer_secret_is_no_credentials(self):
+        guard = GuardedResource(tree(), credentials=CREDENTIALS)
+        self.assertUnauthorized((yield self.fetch(guard, b"/listjobs.json", headers=[
+            (b"Authorization", b"Bearer " + self.secret.encode())])))

@@ -134,6 +134,8 @@ class HealthLive:
     def test_bad_thresholds_and_runs_parameters_are_refused_naming_them(self):
         daemon = self.daemon()
         for key, value, named in (("_min_items", "-1", "not a whole number"),
+                                  ("_min_items", "\u00b2", "not a whole number"),
+                                  ("_history", "\u00b2", "from 3 to 100"),
                                   ("_items_drop", "-5", "not a percentage"),
                                   ("_max_errors", "101", "not a percentage"),
                                   ("_slower", "1", "not a factor"),
@@ -154,7 +156,9 @@ class HealthLive:
                 ({"project": "shop", "spider": "nope"}, 404, "spider 'nope'"),
                 ({"project": "shop", "spider": "counted", "schedule": "nope"}, 404,
                  "schedule 'nope'"),
-                ({"project": "shop", "spider": "counted", "limit": "0"}, 400, "limit '0'")):
+                ({"project": "shop", "spider": "counted", "limit": "0"}, 400, "limit '0'"),
+                ({"project": "shop", "spider": "counted", "limit": "\u00b2"}, 400,
+                 "limit '\u00b2'")):
             status, answer = daemon.get("runs.json", params)
             self.assertEqual((status, answer["status"]), (code, "error"), params)
             self.assertIn(named, answer["message"])

@@ -34,6 +34,7 @@ MAY_IMPORT = {
     "spiders": {"spiders", "jobs", "names", "projects", "_proctree"},
     "schedules": {"schedules", "jobs", "store", "names", "reliability", "health"},
     "cluster": {"cluster", "jobs", "store", "names"},
+    "access": {"access", "store", "names", "reliability"},
 }
 
 

@@ -3,20 +3,17 @@ fed by events, and a real daemon before and after jobs end with each
 outcome."""
 
 import collections
-import os
-import signal
 
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import defer
 from twisted.trial import unittest
 
-from netweir_serve.jobs.events import ENDED, QUEUED, STARTED, JobEvents
+from netweir_serve.jobs.events import ENDED, QUEUED, RECORDED_LATE, STARTED, JobEvents
 from netweir_serve.store.records import FINISHED, PENDING, RUNNING, STATES, JobRecord, StoreError
 from netweir_serve.store.schedule_records import ScheduleRecord
 from netweir_serve.web.metrics import ServiceMetrics, metrics_registry
 from prometheus_client import generate_latest
 
-from .processes import kill_groups, wait_until
 from .test_jobs import CrawlTestCase
 
 
@@ -114,6 +111,18 @@ class CollectorTests(unittest.TestCase):
                                spider="books"), 2)
         self.assertEqual(value(found, "netweir_serve_jobs_degraded_total", project="shop",
                                spider="news"), 1)
+
+    def test_an_end_recorded_late_counts_its_health_and_not_its_end_again(self):
+        # Announced (ENDED) before the table took it, with no health yet.
+        self.events.publish(ENDED, job(id="late", state=FINISHED, outcome="finished",
+                                       reason="exit 0"))
+        self.events.publish(RECORDED_LATE, job(id="late", state=FINISHED, outcome="finished",
+                                               reason="exit 0", health="degraded"))
+        found = self.render()
+        self.assertEqual(value(found, "netweir_serve_jobs_degraded_total", project="shop",
+                               spider="books"), 1)
+        self.assertEqual(value(found, "netweir_serve_jobs_ended_total", project="shop",
+                               spider="books", outcome="finished", reason="exit 0"), 1)
 
     def test_jobs_by_state_project_and_node_read_once_per_version(self):
         self.store.lists = ([job(id="a"), job(id="b", project="news")],

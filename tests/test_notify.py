@@ -15,7 +15,7 @@ from twisted.trial import unittest
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from netweir_serve.jobs.events import ENDED, JobEvents
+from netweir_serve.jobs.events import ENDED, RECORDED_LATE, JobEvents
 from netweir_serve.jobs.notify import Notifier, signature, summary
 from netweir_serve.store.records import FINISHED, JobRecord
 from netweir_serve.store.schedule_records import ScheduleRecord
@@ -137,6 +137,22 @@ class NotifierTests(unittest.TestCase):
         self.assertEqual(sent["text"], "job thin (shop/books) finished after 0:01:02: 20 items,"
                                        " 29 pages, degraded: items 2 < 50% of median 20 over"
                                        " 5 runs")
+
+    def test_an_end_recorded_late_is_told_for_its_health_alone(self):
+        # Its end was announced (and told, by outcome) before the table
+        # took it; the health its late write gave is told now.
+        self.notifier([200, 200], outcomes=("failed", "degraded"))
+        self.events.publish(ENDED, ended("finished", id="thin", exit_status=0))
+        self.events.publish(RECORDED_LATE, ended("failed", id="broke"))
+        self.events.publish(RECORDED_LATE, ended("finished", id="fine", exit_status=0,
+                                                 health="healthy"))
+        self.assertEqual(self.agent.requests, [])
+        self.events.publish(RECORDED_LATE, ended("finished", id="thin", exit_status=0,
+                                                 health="degraded",
+                                                 health_reasons=("items 1 < min_items 5",)))
+        [request] = self.agent.requests
+        sent = json.loads(request[4])
+        self.assertEqual((sent["job"]["id"], sent["job"]["health"]), ("thin", "degraded"))
 
     def test_the_body_of_a_healthy_run_says_so(self):
         self.notifier([200])

@@ -102,6 +102,27 @@ class ParsingTests(unittest.TestCase):
         config = parse("--bind", "0.0.0.0", "--insecure-no-auth").config()
         self.assertIn("DNS rebinding", config.warnings()[1])
 
+    def test_exposed_bind_or_listen_allowed_once_the_job_table_has_a_token(self):
+        from twisted.internet.task import Clock
+
+        from netweir_serve.store.sqlite import SQLiteJobStore
+        from netweir_serve.store.token_records import TokenRecord
+
+        directory = os.path.abspath(self.mktemp())
+        exposed = (("--bind", "0.0.0.0"), ("--listen", "tcp:0"))
+        for args in exposed:
+            with self.assertRaises(usage.UsageError) as refused:
+                parse(*args, "--dir", directory)
+            self.assertIn("nor any token", str(refused.exception))
+        os.makedirs(directory)
+        store = SQLiteJobStore(os.path.join(directory, "jobs.db"), Clock())
+        store.add_token(TokenRecord(name="ci", role="admin", hash="h"))
+        store.close()
+        for args in exposed:
+            config = parse(*args, "--dir", directory).config()
+            self.assertTrue(config.authenticated)
+            self.assertEqual(config.warnings(), ["no --project given: there are no spiders to run"])
+
     def test_refusals(self):
         cases = [
             (["--project", "bad name=" + self.file], "not a name"),

@@ -106,7 +106,9 @@ class PolicyOptionTests(unittest.TestCase):
                 (["--policy", "shop:retry_on=cancelled"], "'cancelled' is not an outcome"),
                 (["--policy", "shop:items_drop=150"], "items_drop '150' is not a percentage"),
                 (["--policy", "shop:min_items=-1"], "min_items '-1' is not a whole number"),
-                (["--policy", "shop:history=101"], "history '101' is not a number of runs")]:
+                (["--policy", "shop:history=101"], "history '101' is not a number of runs"),
+                (["--policy", "shop:history=\u00b2"], "history '\u00b2' is not a number of runs"),
+                (["--policy", "shop:retries=\u00b2"], "retries '\u00b2' is not a whole number")]:
             with self.assertRaises(usage.UsageError) as raised:
                 self.parse(*args)
             self.assertIn(words, str(raised.exception))
@@ -170,6 +172,7 @@ class GivenOverHttpTests(unittest.TestCase):
                 ({"_stall": "3s"}, "_stall '3s' is too short: the least is 10s (progress is"
                                    " seen every 5 s)"),
                 ({"_retries": "11"}, "_retries '11' is too many: the most is 10"),
+                ({"_retries": "\u00b2"}, "_retries '\u00b2' is not a whole number"),
                 ({"_retry_on": "cancelled"}, "'cancelled' is not an outcome or reason"),
                 ({"_backoff": "0s"}, "_backoff '0s' is too short"),
                 ({"_memory": "63M"}, "_memory '63M' is too small: the least is 64M"),

@@ -65,6 +65,15 @@ class ParseTests(unittest.TestCase):
             self.assertRaises(PolicyError, JobPolicy.parse, {"slower": value})
         for value in ("101", "-1", "1.5", ""):
             self.assertRaises(PolicyError, JobPolicy.parse, {"history": value})
+        # Digits str.isdigit takes and int() refuses, or Unicode's other
+        # digits: not a whole number any key takes.
+        for key in ("retries", "min_items", "min_pages", "history"):
+            for value in ("\u00b2", "\u0663", "5\u00b2", "+5", "1" * 17):
+                with self.assertRaises(PolicyError, msg=(key, value)) as raised:
+                    JobPolicy.parse({key: value})
+                self.assertIn(f"{key} {value!r}", raised.exception.message)
+        self.assertEqual(JobPolicy.parse({"min_items": " 7 ", "retries": "3"}),
+                         JobPolicy(min_items=7, retries=3))
 
     def test_health_check_defaults(self):
         self.assertEqual(JobPolicy().history_size, 5)

@@ -23,12 +23,13 @@ from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from netweir_serve.jobs import policies
-from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleStore
+from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleStore, ITokenStore
 from netweir_serve.store.records import DuplicateJob, JobRecord, StoreError
 from netweir_serve.store import notices, open_store
 from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.store.chain_firings import CHAIN_ENDS
 from netweir_serve.store.schedule_records import DuplicateSchedule, ScheduleRecord
+from netweir_serve.store.token_records import DuplicateToken, TokenRecord
 
 NODE_A, NODE_B = "node-a", "node-b"
 
@@ -327,6 +328,8 @@ class JobStoreContract:
         self.assertEqual((yield self.store.schedule_jobs("Nightly")), (1, 0))
         yield self.store.claim_next(NODE_A, ["shop"], 1.0)
         self.assertEqual((yield self.store.schedule_jobs("Nightly")), (0, 1))
+        # A schedule's name ignores case, as its key does (names.fold).
+        self.assertEqual((yield self.store.schedule_jobs("NIGHTLY")), (0, 1))
 
     @defer.inlineCallbacks
     def test_claims_at_once_from_two_stores_keep_every_policy(self):
@@ -958,6 +961,31 @@ class JobStoreContract:
         self.assertEqual(ended.health, "healthy")
 
     @defer.inlineCallbacks
+    def test_a_count_no_64_bit_column_holds_is_none_and_the_end_is_written(self):
+        ended = yield self.run_counted("huge", 10.0, 2 ** 63, {"min_pages": 1})
+        self.assertEqual((ended.outcome, ended.items, ended.pages, ended.errors, ended.health),
+                         ("finished", None, 10, 3, "healthy"))
+        found = yield self.store.get("huge")
+        self.assertEqual((found.state, found.items, found.stats["items"]),
+                         ("finished", None, 2 ** 63))
+
+    @defer.inlineCallbacks
+    def test_an_end_whose_judging_fails_is_written_without_counts_or_health(self):
+        from netweir_serve.store import job_table
+
+        def broken(run, policy, history=()):
+            raise ZeroDivisionError("a check's bug")
+
+        self.patch(job_table, "judge", broken)
+        ended = yield self.run_counted("judged", 10.0, 5, {"min_items": 1})
+        self.assertEqual((ended.outcome, ended.items, ended.pages, ended.errors, ended.health,
+                          ended.health_reasons), ("finished", None, None, None, None, ()))
+        found = yield self.store.get("judged")
+        self.assertEqual((found.state, found.outcome, found.items, found.health),
+                         ("finished", "finished", None, None))
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
+    @defer.inlineCallbacks
     def test_no_drop_or_slower_check_before_three_runs_and_min_items_at_once(self):
         policy = {"items_drop": 10, "slower": 2, "min_pages": 5}
         for n, items in enumerate((100, 0, 100)):
@@ -994,6 +1022,31 @@ class JobStoreContract:
         # A job no schedule queued compares with every run of its spider.
         ended = yield self.run_counted("alone", 900.0, 0, drop)
         self.assertEqual(ended.health_reasons, ("items 0 < 5% of median 1 over 3 runs",))
+
+    @defer.inlineCallbacks
+    def test_a_schedule_name_used_again_for_another_spider_has_not_the_old_runs(self):
+        drop = {"items_drop": 50}
+        for n in range(3):
+            yield self.run_counted(f"old{n}", 100.0 * n, 1000, drop, schedule="Daily")
+        # Deleted, and made again for another spider (or project): its runs
+        # are compared with its own, not with those of the old one's spider.
+        ended = yield self.run_counted("new", 400.0, 1, drop, schedule="Daily", spider="news")
+        self.assertEqual((ended.health, ended.health_reasons), ("healthy", ()))
+        runs, history = yield self.store.runs("shop", "news", schedule="Daily")
+        self.assertEqual((ids(runs), [r.items for r in history]), (["new"], [1]))
+        runs, history = yield self.store.runs("shop", "books", schedule="Daily")
+        self.assertEqual((ids(runs), len(history)), (["old2", "old1", "old0"], 3))
+
+    @defer.inlineCallbacks
+    def test_a_schedules_runs_are_found_whatever_the_case_of_its_name(self):
+        drop = {"items_drop": 50}
+        for n in range(3):
+            yield self.run_counted(f"d{n}", 100.0 * n, 1000, drop, schedule="Daily")
+        # Made again as "DAILY" for the same spider: the same schedule key.
+        ended = yield self.run_counted("d3", 400.0, 1, drop, schedule="DAILY")
+        self.assertEqual(ended.health_reasons, ("items 1 < 50% of median 1000 over 3 runs",))
+        runs, history = yield self.store.runs("shop", "books", schedule="daily")
+        self.assertEqual((ids(runs), len(history)), (["d3", "d2", "d1", "d0"], 3))
 
     @defer.inlineCallbacks
     def test_runs_of_a_spider_and_of_a_schedule_newest_first_with_their_history(self):
@@ -1383,6 +1436,7 @@ class ScheduleStoreContract:
         self.assertEqual((yield self.store.unfinished_schedule_jobs("Nightly")), ["a", "c"])
         self.assertEqual((yield self.store.get("a")).state, "running")
         self.assertEqual((yield self.store.unfinished_schedule_jobs("none")), [])
+        self.assertEqual((yield self.store.unfinished_schedule_jobs("nightLY")), ["a", "c"])
 
     @defer.inlineCallbacks
     def end_run(self, jobid, outcome, reason=None, policy=None, now=100.0):
@@ -1770,7 +1824,87 @@ task.react(main, sys.argv[1:])
 """
 
 
-class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, unittest.TestCase):
+def token(name="ci", role="viewer", projects=("shop",), **fields):
+    return TokenRecord(name=name, role=role, projects=tuple(projects),
+                       created=fields.pop("created", 100.0), hash=fields.pop("hash", "h1"),
+                       **fields)
+
+
+class TokenStoreContract:
+    """The behaviour of ITokenStore, on the stores JobStoreContract opens."""
+
+    def test_provides_the_token_interface(self):
+        self.assertTrue(verifyObject(ITokenStore, self.store))
+
+    @defer.inlineCallbacks
+    def test_a_token_is_kept_as_added_and_its_name_ignores_case(self):
+        added = yield self.store.add_token(token("CI", projects=("shop", "news"), expires=900.5))
+        self.assertEqual(added, token("CI", projects=("shop", "news"), expires=900.5))
+        self.assertEqual((yield self.store.get_token("ci")), added)
+        yield self.assertFailure(self.store.add_token(token("ci")), DuplicateToken)
+        yield self.store.add_token(token("admin", role="admin", projects=()))
+        self.assertEqual([t.name for t in (yield self.store.tokens())], ["admin", "CI"])
+        self.assertIsNone((yield self.store.get_token("nobody")))
+
+    @defer.inlineCallbacks
+    def test_a_revoked_token_is_gone_and_revoking_it_again_finds_none(self):
+        yield self.store.add_token(token())
+        self.assertEqual((yield self.store.revoke_token("CI")), token())
+        self.assertEqual((yield self.store.tokens()), [])
+        self.assertIsNone((yield self.store.revoke_token("ci")))
+
+    @defer.inlineCallbacks
+    def test_a_rotation_keeps_the_old_hash_until_the_grace_ends(self):
+        yield self.store.add_token(token())
+        rotated = yield self.store.rotate_token("ci", "h2", 160.0)
+        self.assertEqual(rotated, token(hash="h2", previous_hash="h1", previous_until=160.0))
+        again = yield self.store.rotate_token("ci", "h3", None)
+        self.assertEqual(again, token(hash="h3", previous_hash="h2", previous_until=None))
+        self.assertIsNone((yield self.store.rotate_token("nobody", "h", None)))
+
+    @defer.inlineCallbacks
+    def test_last_used_only_moves_forward(self):
+        yield self.store.add_token(token())
+        yield self.store.add_token(token("other"))
+        yield self.store.tokens_used({"CI": 200.0, "gone": 5.0})
+        yield self.store.tokens_used({"ci": 150.0, "other": 120.0})
+        found = {t.name: t.last_used for t in (yield self.store.tokens())}
+        self.assertEqual(found, {"ci": 200.0, "other": 120.0})
+
+    @defer.inlineCallbacks
+    def test_every_token_change_tells_the_other_stores(self):
+        listener, heard = yield self.listener()
+        changes = (lambda s: s.add_token(token()), lambda s: s.rotate_token("ci", "h2", None),
+                   lambda s: s.revoke_token("ci"))
+        for change in changes:
+            del heard[:]
+            yield change(self.store)
+            if listener is None:
+                # Not shared: the tokens are read again from the file.
+                continue
+            arrived = yield until(lambda: notices.TOKEN in [n.kind for n in heard])
+            self.assertTrue(arrived, f"no token notice: {heard}")
+        # A use is no change: nobody is told.
+        del heard[:]
+        yield self.store.add_token(token("used"))
+        if listener is not None:
+            yield until(lambda: notices.TOKEN in [n.kind for n in heard])
+            del heard[:]
+        yield self.store.tokens_used({"used": 300.0})
+        self.assertEqual((yield self.store.get_token("used")).last_used, 300.0)
+        self.assertEqual([n.kind for n in heard if n.kind == notices.TOKEN], [])
+
+    @defer.inlineCallbacks
+    def test_a_token_added_by_one_store_is_read_by_another(self):
+        other = yield self.open(self.make_second_store)
+        yield self.store.add_token(token())
+        self.assertEqual((yield other.tokens()), [token()])
+        yield self.store.revoke_token("ci")
+        self.assertEqual((yield other.tokens()), [])
+
+
+class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, TokenStoreContract,
+                                  unittest.TestCase):
     """The contract on a temporary SQLite file, timed by a Clock, each
     statement run at once (the Inline runner unit tests use)."""
 
@@ -1789,7 +1923,8 @@ class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, unitt
         return f"sqlite://{self.path}"
 
 
-class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, unittest.TestCase):
+class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, TokenStoreContract,
+                                  unittest.TestCase):
     """The contract on a temporary SQLite file as the service opens it:
     each store's statements on a thread of its own, the results delivered
     on the running reactor, which also times the retries of locked writes
@@ -1822,7 +1957,7 @@ class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, unittes
         return d.addCallback(closed)
 
 
-class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract,
+class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract, TokenStoreContract,
                                     unittest.TestCase):
     """The contract on a real PostgreSQL server (tests/pg.py), each test in
     a schema of its own, migrated from nothing; the second store has a

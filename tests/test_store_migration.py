@@ -294,6 +294,19 @@ OLD_RUNS = [
     (("odd", "finished", {"items": "many", "fetched": 3.5}), (None, None, 0, "healthy")),
     (("nostats", "finished", None), (None, None, None, "healthy")),
     (("crashed", "failed", {"items": 1, "fetched": 2}), (1, 2, 0, None)),
+    # What json.dumps writes and a database's own JSON functions may refuse:
+    # a \u0000 in a string (PostgreSQL's ->> cannot give it as text), NaN
+    # and Infinity (no JSON at all to PostgreSQL); and counts no 64-bit
+    # column holds, and stats that are no object. The migration counts
+    # them as a run's end does (health.counts), and still starts.
+    (("nul", "finished", {"items": 3, "title": "a\u0000b"}), (3, None, 0, "healthy")),
+    (("nan", "finished", {"items": 2, "fetched": float("nan"), "rate": float("inf")}),
+     (2, None, 0, "healthy")),
+    (("negative", "finished", {"items": -1, "fetched": 4, "failed": -2}),
+     (None, 4, 0, "healthy")),
+    (("huge", "finished", {"items": 2 ** 70, "fetched": 1, "failed": 2 ** 62,
+                           "callback_errors": 2 ** 62}), (None, 1, 2 ** 63 - 1, "healthy")),
+    (("list", "finished", [1, 2]), (None, None, None, "healthy")),
 ]
 
 
@@ -345,6 +358,14 @@ class RunHealthMigrationTests(unittest.TestCase):
             query = _HISTORY.format(owner=owner).replace("%(", ":").replace(")s", "")
             plan = " ".join(row[-1] for row in db.execute(
                 "EXPLAIN QUERY PLAN " + query,
-                {"project": "shop", "spider": "books", "schedule": "s", "seq": 0, "size": 5}))
+                {"project": "shop", "spider": "books", "schedule_key": "s", "seq": 0,
+                 "size": 5}))
             self.assertIn(index, plan)
             self.assertNotIn("TEMP B-TREE", plan)
+        # A schedule's jobs that wait or run (overlap, cancel), by its folded name.
+        from netweir_serve.store.job_table import _SCHEDULE_IS
+        plan = " ".join(row[-1] for row in db.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE "
+            + _SCHEDULE_IS.replace("%(", ":").replace(")s", "") + " AND state != 'finished'",
+            {"schedule_key": "s"}))
+        self.assertIn("jobs_schedule_key", plan)

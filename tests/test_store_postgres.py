@@ -300,7 +300,7 @@ class MigrationTests(StoreCase):
         store = yield self.open()
         self.assertEqual(self.tables(),
                          ["chain_firings", "jobs", "nodes", "schedules", "schema_version",
-                          "store_meta"])
+                          "store_meta", "tokens"])
         self.assertEqual(self.version(), POSTGRES_LATEST)
         yield store.add(job("kept"))
         yield store.close()

@@ -44,9 +44,47 @@ class RunCounts:
     runtime: float = None
 
 
-def _shown(number):
-    """A number as a reason shows it: 4000, 2.5, 12.3."""
-    return f"{round(number, 1):g}" if isinstance(number, float) else str(number)
+# How many decimals a reason shows: of a count or a median of counts (a
+# median of two is a half), of a share in percent, and of a runtime in
+# seconds.
+COUNT_DECIMALS = 1
+# A policy's own numbers (items_drop=12.5, slower=1.25) as given, within
+# reason.
+POLICY_DECIMALS = 4
+# runs.json's median runtime, and a reason's runtime under RUNTIME_SMALL
+# seconds; a longer one shows a tenth.
+RUNTIME_DECIMALS = 3
+RUNTIME_SMALL = 10
+
+
+def _shown(number, decimals=COUNT_DECIMALS):
+    """A number as a reason shows it: in plain fixed point (never 2e+06),
+    rounded to at most ``decimals`` decimals, trailing zeros and a bare
+    point dropped: 4000, 2.5, 123456.5, 12.3."""
+    if isinstance(number, int):
+        return str(number)
+    text = f"{number:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _seconds(runtime):
+    """A runtime as a reason shows it, in seconds: to the thousandth under
+    RUNTIME_SMALL seconds (0.125), to the tenth above (3600.5)."""
+    small = abs(runtime) < RUNTIME_SMALL
+    return _shown(float(runtime), RUNTIME_DECIMALS if small else COUNT_DECIMALS) + "s"
+
+
+def _json_number(number, decimals=None):
+    """``number`` (rounded to ``decimals`` when given) as JSON shows it the
+    same way whatever gave it: an int when whole (the median of an even
+    count of runs is a mean, a float), else a float."""
+    if number is None:
+        return None
+    if decimals is not None:
+        number = round(number, decimals)
+    return int(number) if float(number).is_integer() else float(number)
 
 
 def median_of(history, name):
@@ -70,8 +108,12 @@ def _median(values):
 
 def medians_of(history):
     """{items, pages, runtime: their medians over ``history``}, None for
-    each fewer than MIN_HISTORY runs have: what runs.json shows."""
-    return {name: median_of(history, name)[0] for name in ("items", "pages", "runtime")}
+    each fewer than MIN_HISTORY runs have: what runs.json shows. Each an
+    int when whole, else a float (a count's median may be a half; a
+    runtime's is to the thousandth of a second)."""
+    return {"items": _json_number(median_of(history, "items")[0]),
+            "pages": _json_number(median_of(history, "pages")[0]),
+            "runtime": _json_number(median_of(history, "runtime")[0], RUNTIME_DECIMALS)}
 
 
 def _minimum(run, name, least):
@@ -90,7 +132,8 @@ def _drop(run, history, name, percent):
     count = getattr(run, name) or 0
     share = 100 - percent
     if count * 100 < median * share:
-        return f"{name} {count} < {_shown(share)}% of median {_shown(median)} over {runs} runs"
+        return (f"{name} {count} < {_shown(share, POLICY_DECIMALS)}% of median"
+                f" {_shown(median)} over {runs} runs")
     return None
 
 
@@ -100,12 +143,13 @@ def _errors(run, most):
     pages = run.pages or 0
     if pages == 0:
         # Errors with no page fetched at all: every request failed.
-        return f"errors {run.errors} with no pages > max_errors {_shown(most)}%" \
-            if run.errors else None
+        if not run.errors:
+            return None
+        return f"errors {run.errors} with no pages > max_errors {_shown(most, POLICY_DECIMALS)}%"
     share = run.errors * 100 / pages
     if share > most:
         return (f"errors {run.errors} = {_shown(share)}% of pages {pages}"
-                f" > max_errors {_shown(most)}%")
+                f" > max_errors {_shown(most, POLICY_DECIMALS)}%")
     return None
 
 
@@ -116,8 +160,8 @@ def _slower(run, history, factor):
     if median is None:
         return None
     if run.runtime > factor * median:
-        return (f"runtime {_shown(float(run.runtime))}s > {_shown(factor)}x median"
-                f" {_shown(float(median))}s over {runs} runs")
+        return (f"runtime {_seconds(run.runtime)} > {_shown(factor, POLICY_DECIMALS)}x median"
+                f" {_seconds(median)} over {runs} runs")
     return None
 
 

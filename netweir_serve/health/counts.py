@@ -8,20 +8,29 @@ PAGES = ("fetched",)
 ERRORS = ("failed", "callback_errors")
 
 
+# A count is a whole number from 0 below this: what a 64-bit integer
+# column (SQLite's INTEGER, PostgreSQL's bigint) holds. A stat outside
+# that (negative, or a crawl's own counter gone wild) is no count.
+LIMIT = 2 ** 63
+
+
 def _whole(value):
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    whole = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < LIMIT
+    return value if whole else None
 
 
 def _sum(stats, names):
     found = [_whole(stats.get(name)) for name in names]
     found = [value for value in found if value is not None]
-    return sum(found) if found else None
+    # Two counts in range may add up past it: the sum stops just below.
+    return min(sum(found), LIMIT - 1) if found else None
 
 
 def counts_of(stats):
     """(items, pages, errors) of a run whose last stats are ``stats`` (a
     dict, or None when it wrote none): each a whole number, or None where
-    the stats have none. A run with stats and no errors has 0 errors."""
+    the stats have none or one out of range (0 to LIMIT - 1). A run with
+    stats and no errors has 0 errors; errors, a sum, is at most LIMIT - 1."""
     if not isinstance(stats, dict):
         return None, None, None
     errors = _sum(stats, ERRORS)

@@ -19,6 +19,13 @@ STARTED = "started"    # its process started
 CHANGED = "changed"    # its stats or its cancel request changed while it ran
 ENDED = "ended"        # it finished (any outcome), pending or running
 KINDS = (QUEUED, STARTED, CHANGED, ENDED)
+# An end announced (ENDED) before the table took it, its write having
+# failed (a full disk) on a table of this node's own, is recorded now,
+# with what only the table's write gives it: its health, the schedule it
+# paused, its chain firings. No new end: not among KINDS, so only a
+# subscriber that asks for it hears it (--notify-on degraded, the
+# degraded and paused counters, a pause's timer, the chains).
+RECORDED_LATE = "recorded late"
 
 
 class JobEvents:

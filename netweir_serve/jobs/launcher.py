@@ -19,7 +19,7 @@ from .. import _proctree
 from ..names import fold, setting_name
 from ..reliability.cgroups import CgroupError
 from ..reliability.policy import JobPolicy
-from .events import CHANGED, ENDED, QUEUED, STARTED
+from .events import CHANGED, ENDED, QUEUED, RECORDED_LATE, STARTED
 from .outcomes import end_of
 from .files import files_of, read_exit_status, read_stats
 from .interfaces import ILauncher
@@ -624,6 +624,9 @@ class Launcher:
         # start. Held, the end itself is told now, once; its retry, made
         # only now, either way.
         self._events.publish(ENDED if held else CHANGED, record)
+        if not held:
+            # Announced already, without what the table's write added.
+            self._events.publish(RECORDED_LATE, record)
         self._announce_retry(record)
 
     def _ended(self, record, known):

@@ -38,7 +38,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
-from .events import ENDED
+from .events import ENDED, RECORDED_LATE
 from .replies import NOTICE_REPLY_LIMIT, read_capped
 from ..health.checks import DEGRADED
 from ..store.records import OUTCOMES
@@ -145,12 +145,16 @@ class Notifier:
 
     def subscribe(self, events):
         if self._urls:
-            return events.subscribe(self.job_heard, kinds=(ENDED,))
+            return events.subscribe(self.job_heard, kinds=(ENDED, RECORDED_LATE))
         return lambda: None
 
     def job_heard(self, kind, record):
-        # A health is chosen as an outcome is (--notify-on degraded).
-        if {record.outcome, record.reason, record.health} & self._outcomes:
+        # A health is chosen as an outcome is (--notify-on degraded). An end
+        # recorded late was told already by its outcome and reason; what
+        # the table's write added, its health, is told now.
+        chosen = {record.health} if kind == RECORDED_LATE else {
+            record.outcome, record.reason, record.health}
+        if chosen & self._outcomes:
             body = self.body(record)
             for url in self._urls:
                 self.deliver(url, body, record.id)

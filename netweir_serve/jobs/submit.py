@@ -29,6 +29,11 @@ class UnknownProject(SubmitRefused):
     """No served project has that name."""
 
 
+def unknown_project(name, known):
+    """What is said of project ``name`` when none of ``known`` (names) is it."""
+    return f"no project {name!r} (projects: {', '.join(known) or 'none'})"
+
+
 class JobRefused(SubmitRefused):
     """The spider, a setting or an argument does not pass the checks."""
 
@@ -87,8 +92,7 @@ class JobSubmitter:
         """The served Project called ``name`` (any case); UnknownProject if none."""
         project = self._projects.get(name)
         if project is None:
-            known = ", ".join(self._projects.names()) or "none"
-            raise UnknownProject(f"no project {name!r} (projects: {known})")
+            raise UnknownProject(unknown_project(name, self._projects.names()))
         return project
 
     def data_dir(self, project):

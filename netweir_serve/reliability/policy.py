@@ -45,6 +45,19 @@ RETRYABLE = ("failed", "lost", "timeout", "stalled", "memory")
 DEFAULT_RETRY_ON = RETRYABLE
 
 
+# A whole number as a key takes it: ASCII digits alone. str.isdigit
+# also takes "²" and other digits int() refuses.
+_WHOLE = re.compile(r"[0-9]{1,16}")
+
+
+def whole_number(text):
+    """The int ``text`` (surrounding spaces aside) writes in 1 to 16 ASCII
+    digits, or None for anything else (a sign, a point, "²", "٣")."""
+    if not isinstance(text, str) or _WHOLE.fullmatch(text.strip()) is None:
+        return None
+    return int(text)
+
+
 class PolicyError(ValueError):
     """A policy value that cannot be used; the message names the key and
     the value, one sentence for the user."""
@@ -106,10 +119,10 @@ def parse_cpu(key, text):
 
 
 def parse_retries(key, text):
-    if not isinstance(text, str) or not text.strip().isdigit():
+    retries = whole_number(text)
+    if retries is None:
         raise PolicyError(f"{key} {text!r} is not a whole number of retries (0 to"
                           f" {MAX_RETRIES})")
-    retries = int(text)
     if retries > MAX_RETRIES:
         raise PolicyError(f"{key} {text!r} is too many: the most is {MAX_RETRIES}")
     return retries
@@ -129,9 +142,10 @@ def parse_retry_on(key, text):
 
 def parse_count(key, text):
     """A whole number, 0 or more: a run's least items or pages."""
-    if not isinstance(text, str) or not text.strip().isdigit() or int(text) > MAX_COUNT:
+    count = whole_number(text)
+    if count is None or count > MAX_COUNT:
         raise PolicyError(f"{key} {text!r} is not a whole number of 0 or more")
-    return int(text)
+    return count
 
 
 def _number(text):
@@ -161,11 +175,11 @@ def parse_factor(key, text):
 
 def parse_history(key, text):
     """How many earlier runs the drop and slower checks compare with."""
-    if (not isinstance(text, str) or not text.strip().isdigit()
-            or not MIN_HISTORY <= int(text) <= MAX_HISTORY):
+    runs = whole_number(text)
+    if runs is None or not MIN_HISTORY <= runs <= MAX_HISTORY:
         raise PolicyError(f"{key} {text!r} is not a number of runs from {MIN_HISTORY} to"
                           f" {MAX_HISTORY} (a drop or slower check needs {MIN_HISTORY})")
-    return int(text)
+    return runs
 
 
 # Each key, how its text is read, and how it is shown back.

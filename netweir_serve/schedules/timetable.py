@@ -59,6 +59,10 @@ class ScheduleRefused(Refusal):
 class UnknownSchedule(ScheduleRefused):
     """No schedule of that name in that project."""
 
+    @classmethod
+    def named(cls, project, name):
+        return cls(f"no schedule {name!r} in project {project!r}")
+
 
 @dataclass(frozen=True)
 class ScheduleRequest:
@@ -652,7 +656,7 @@ class Timetable:
     def _own(self, project, name):
         record = yield self._store.get_schedule(name)
         if record is None or fold(record.project) != fold(project):
-            raise UnknownSchedule(f"no schedule {name!r} in project {project!r}")
+            raise UnknownSchedule.named(project, name)
         return record
 
     @defer.inlineCallbacks
@@ -735,7 +739,7 @@ class Timetable:
                                   JobPolicy.from_json(edited.policy))
         updated = yield self._store.update_schedule(record.name, seq=record.seq, **changes)
         if updated is None:
-            raise UnknownSchedule(f"no schedule {name!r} in project {project!r}")
+            raise UnknownSchedule.named(project, name)
         if fold(updated.name) in self._schedules:
             self._remember(updated)
         self._arm()

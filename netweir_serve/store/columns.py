@@ -9,7 +9,9 @@ declarations into Columns with its own converters for those kinds
 declares a column of its own.
 """
 
+import functools
 import json
+import re
 from dataclasses import dataclass
 
 
@@ -40,6 +42,13 @@ def load_array(values):
 
 def load_real(value):
     return float(value) if value is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def in_sqlites_words(statement):
+    """``statement`` (psycopg's named placeholders, as every statement is
+    written once for both backends) with SQLite's."""
+    return re.sub(r"%\((\w+)\)s", r":\1", statement)
 
 
 def dump_json(value):

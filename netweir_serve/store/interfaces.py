@@ -88,17 +88,20 @@ class IJobStore(Interface):
         None when the job is no longer so (nothing changes then)."""
 
     def schedule_jobs(name):
-        """(pending, running): how many jobs of schedule ``name`` wait or run."""
+        """(pending, running): how many jobs of schedule ``name`` wait or run.
+        A schedule's name ignores case here too (the jobs hold it as spelt
+        when each was queued)."""
 
     def runs(project, spider, schedule=None, limit=50, history=5):
         """(runs, history) of a spider (``schedule`` None) or of schedule
-        ``schedule``: ``runs`` the records (no stats) of its last ``limit``
+        ``schedule`` (its name in any case) run for that project and
+        spider: ``runs`` the records (no stats) of its last ``limit``
         finished jobs, newest first (by end time); ``history`` the
         health.checks.RunCounts of the last ``history`` healthy runs, the
         ones its next run's drop and slower checks compare with."""
 
     def unfinished_schedule_jobs(name):
-        """The ids of the jobs of schedule ``name`` that wait or run, oldest
+        """The ids of the jobs of schedule ``name`` (in any case) that wait or run, oldest
         first (for its overlap cancel_other and terminate_other)."""
 
     def mark_started(jobid, pid, proc_start=None):
@@ -236,6 +239,35 @@ class IScheduleStore(Interface):
         firing first records it, and a second settling (another node,
         a restart) changes nothing. Fires with the new record, or None when
         the firing was gone (or the schedule is)."""
+
+
+class ITokenStore(Interface):
+    """The service's tokens (a token_records.TokenRecord each), beside the
+    jobs, so every node of a cluster shares them. Names compare ignoring
+    case; every method returns a Deferred. Only hashes are kept, never a
+    secret. A change (add, revoke, rotate) is announced to the other nodes
+    (a TOKEN notice) in its transaction."""
+
+    def add_token(record):
+        """The TokenRecord added; fails with DuplicateToken for a name taken."""
+
+    def tokens():
+        """Every TokenRecord, in the order of their folded names."""
+
+    def get_token(name):
+        """The TokenRecord named ``name``, or None."""
+
+    def revoke_token(name):
+        """Deletes the token; the TokenRecord it was, or None if there was none."""
+
+    def rotate_token(name, new_hash, previous_until):
+        """Gives the token ``new_hash``; its hash until now stays valid
+        until ``previous_until`` (epoch seconds; None: not at all). The new
+        TokenRecord, or None if there is no such token."""
+
+    def tokens_used(used):
+        """Records ``{name: time}`` as the tokens' ``last_used``, never
+        moving one back. Tokens that do not exist are skipped."""
 
 
 class IClusterStore(Interface):

@@ -19,6 +19,7 @@ import random
 from dataclasses import replace
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from ..names import fold
 from .columns import (
@@ -33,6 +34,9 @@ from ..health.checks import RunCounts, judge
 from ..health.counts import counts_of
 from ..reliability.policy import JobPolicy
 from .runpolicy import first_that_may_run
+
+
+log = Logger()
 
 
 class JobColumns:
@@ -81,11 +85,18 @@ _FINISHED_PRUNED = f"state = %(finished)s AND {_PRUNED}"
 
 _BY_KEY = "key = %(key)s"
 
+# The jobs a schedule queued: jobs.schedule holds its name as spelt then;
+# a name ignores case, as the schedule's key does, and a name is ASCII
+# (names.is_name), which SQL's lower() folds as names.fold does. The
+# parameter is the folded name (``schedule_key``).
+_SCHEDULE_IS = "lower(schedule) = %(schedule_key)s"
 # Whose runs a run is compared with: its schedule's, or (no schedule
-# queued it) its spider's. Each an index of migration 9 (jobs_runs,
-# jobs_schedule_runs) reads newest first.
-_OF_SCHEDULE = "schedule = %(schedule)s"
+# queued it) its spider's. A schedule's are also its project's and
+# spider's: a name deleted and used again for another spider is not
+# compared with the old one's runs. Each an index of migration 9
+# (jobs_runs, jobs_schedule_runs) reads newest first.
 _OF_SPIDER = "project_key = %(project)s AND spider = %(spider)s"
+_OF_SCHEDULE = f"{_OF_SPIDER} AND {_SCHEDULE_IS}"
 _COUNTS = "items, pages, errors, end_time - start_time"
 # The last healthy runs of one owner, newest first. 'healthy' is written
 # out, not a parameter, so a plan made once for every value still knows it.
@@ -106,6 +117,10 @@ def _among(projects):
 def _real(value):
     # SQLite gives back an integral REAL as an int.
     return float(value) if value is not None else None
+
+
+def _schedule_key(name):
+    return fold(name) if name is not None else None
 
 
 def where_all(conditions):
@@ -151,16 +166,16 @@ class JobTable:
     def _judged(self, tx, record):
         """``record`` (just ended) with its counts and health written: both
         judged once, here, in the transaction of its end (health.checks),
-        against the runs before it when a check of its policy compares."""
-        items, pages, errors = counts_of(record.stats)
-        health, reasons = None, ()
-        if record.outcome == FINISHED_OUTCOME:
-            policy = JobPolicy.from_json(record.policy)
-            runtime = (record.end_time - record.start_time
-                       if record.start_time is not None and record.end_time is not None
-                       else None)
-            history = self._history(tx, record, policy.history_size) if policy.compares else ()
-            health, reasons = judge(RunCounts(items, pages, errors, runtime), policy, history)
+        against the runs before it when a check of its policy compares.
+        Judging never loses the end: should it fail, the end is written
+        with no counts and no health, and the error logged with the job's
+        id."""
+        try:
+            items, pages, errors, health, reasons = self._judgement(tx, record)
+        except Exception:
+            log.failure("job {job}'s counts and health could not be judged: its end is"
+                        " recorded without them", job=record.id)
+            items, pages, errors, health, reasons = None, None, None, None, ()
         judged = replace(record, items=items, pages=pages, errors=errors, health=health,
                          health_reasons=reasons)
         columns = {c.name: c for c in self._jobs.all}
@@ -172,11 +187,25 @@ class JobTable:
                 "seq": record.seq})
         return judged
 
+    def _judgement(self, tx, record):
+        """(items, pages, errors, health, reasons) of ``record``, just ended."""
+        items, pages, errors = counts_of(record.stats)
+        health, reasons = None, ()
+        if record.outcome == FINISHED_OUTCOME:
+            policy = JobPolicy.from_json(record.policy)
+            runtime = (record.end_time - record.start_time
+                       if record.start_time is not None and record.end_time is not None
+                       else None)
+            history = self._history(tx, record, policy.history_size) if policy.compares else ()
+            health, reasons = judge(RunCounts(items, pages, errors, runtime), policy, history)
+        return items, pages, errors, health, reasons
+
     def _history(self, tx, record, size, seq=None):
         """The RunCounts of the last ``size`` healthy runs ``record`` is
         compared with (of its schedule, or of its spider), newest first;
         not ``record`` itself."""
-        params = {"schedule": record.schedule, "project": fold(record.project),
+        params = {"schedule_key": _schedule_key(record.schedule),
+                  "project": fold(record.project),
                   "spider": record.spider, "size": size,
                   "seq": record.seq if seq is None else seq}
         owner = _OF_SCHEDULE if record.schedule is not None else _OF_SPIDER
@@ -407,15 +436,16 @@ class JobTable:
     def schedule_jobs(self, name):
         def count(tx):
             found = dict(tx.all(
-                "SELECT state, COUNT(*) FROM jobs WHERE schedule = %(name)s"
+                f"SELECT state, COUNT(*) FROM jobs WHERE {_SCHEDULE_IS}"
                 " AND state != %(finished)s GROUP BY state",
-                {"name": name, "finished": FINISHED}))
+                {"schedule_key": fold(name), "finished": FINISHED}))
             return found.get(PENDING, 0), found.get(RUNNING, 0)
 
         return self._read_statements(count)
 
     def runs(self, project, spider, schedule=None, limit=50, history=5):
-        params = {"schedule": schedule, "project": fold(project), "spider": spider,
+        params = {"schedule_key": _schedule_key(schedule), "project": fold(project),
+                  "spider": spider,
                   "limit": int(limit), "finished": FINISHED}
         owner = _OF_SCHEDULE if schedule is not None else _OF_SPIDER
 
@@ -431,8 +461,8 @@ class JobTable:
 
     def unfinished_schedule_jobs(self, name):
         return self._read_statements(lambda tx: [row[0] for row in tx.all(
-            "SELECT id FROM jobs WHERE schedule = %(name)s AND state != %(finished)s"
-            " ORDER BY seq", {"name": name, "finished": FINISHED})])
+            f"SELECT id FROM jobs WHERE {_SCHEDULE_IS} AND state != %(finished)s"
+            " ORDER BY seq", {"schedule_key": fold(name), "finished": FINISHED})])
 
     def jobs(self, project=None):
         where, params = [], {}

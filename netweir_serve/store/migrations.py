@@ -6,14 +6,43 @@ Append a migration, never edit one that has landed: a ``jobs.db`` on some
 machine was made by it.
 """
 
+import json
 from dataclasses import dataclass
+
+from ..health.counts import counts_of
+from .columns import in_sqlites_words
 
 
 @dataclass(frozen=True)
 class Migration:
+    """A version of the schema: ``statements`` run in order, in one
+    transaction. Each is SQL, or a step written in Python (a callable
+    given a RunStatements) where SQL cannot say it once for both
+    backends."""
+
     version: int
     what: str
     statements: tuple
+
+
+class RunStatements:
+    """What a Python step of a migration is given: ``all`` (a statement
+    with psycopg's named placeholders, its rows) and ``many`` (one
+    statement for each parameters of a list), in the migration's
+    transaction on either backend."""
+
+    def __init__(self, all, many):
+        self.all = all
+        self.many = many
+
+
+def run_step(step, runner):
+    """Runs one of a migration's statements: ``runner`` executes SQL (a
+    RunStatements for a Python step)."""
+    if callable(step):
+        step(runner)
+    else:
+        runner.all(step, None)
 
 
 # Migration 8's reasons: a job ended before it had a reason code keeps its
@@ -43,11 +72,60 @@ CHAIN_FIRINGS = """CREATE TABLE chain_firings (
     PRIMARY KEY (schedule_key, upstream)
 )"""
 
-# The counts a run's health is judged by (a column each) and the stat of
-# the crawl's each is read from; ``errors`` adds two stats (health.counts).
-COUNTED_STATS = (("items", "items"), ("pages", "fetched"))
-# A run's errors: its failed requests and its callbacks' errors.
-ERROR_STATS = ("failed", "callback_errors")
+# Migration 10: the service's tokens (access.tokens), one row each, in the
+# job table so that every node of a cluster knows the same ones. Never a
+# secret: its salted hash (and, while a rotation's grace lasts, the one
+# before it). ``projects`` a JSON list of names ([] for every project).
+TOKENS = """CREATE TABLE tokens (
+    key TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    projects TEXT NOT NULL,
+    created REAL NOT NULL,
+    last_used REAL,
+    expires REAL,
+    hash TEXT NOT NULL,
+    previous_hash TEXT,
+    previous_until REAL
+)"""
+
+# How many finished runs the backfill of their counts reads at once.
+COUNTS_BATCH = 500
+
+
+def _stats_of(text):
+    """The stats a job's column holds, as the store reads them (Python's
+    json takes the NaN and Infinity json.dumps writes); None for text
+    that is no JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def counts_of_old_runs(run):
+    """Migration 9's step: the counts of every run that ended before
+    counts were kept, read from its stats by the rule a run's end uses
+    (health.counts.counts_of), so an old run and a new one count alike.
+    In Python, not in a database's JSON functions: PostgreSQL's refuse a
+    \\u0000 or a NaN json.dumps writes, and would stop the service
+    starting. Read in batches of COUNTS_BATCH, in order of seq."""
+    after = -1
+    while True:
+        rows = run.all(
+            "SELECT seq, stats FROM jobs WHERE state = 'finished' AND stats IS NOT NULL"
+            " AND seq > %(after)s ORDER BY seq LIMIT %(batch)s",
+            {"after": after, "batch": COUNTS_BATCH})
+        if not rows:
+            return
+        counted = []
+        for seq, text in rows:
+            items, pages, errors = counts_of(_stats_of(text))
+            counted.append({"items": items, "pages": pages, "errors": errors, "seq": seq})
+        run.many("UPDATE jobs SET items = %(items)s, pages = %(pages)s, errors = %(errors)s"
+                 " WHERE seq = %(seq)s", counted)
+        after = rows[-1][0]
+
 
 # Runs that finished before health was judged are healthy (no check
 # applied to them): they are the history the first checks compare with.
@@ -55,10 +133,15 @@ HEALTH_OF_OLD_ENDS = "UPDATE jobs SET health = 'healthy' WHERE state = 'finished
 
 # A spider's runs and a schedule's, newest first: the history a run's end
 # is judged against (in the end's transaction, so it must be quick) and
-# what runs.json lists. The same DDL on both backends.
+# what runs.json lists. A schedule's name is compared folded
+# (lower(schedule), store.job_table), so its indexes hold it so; the
+# index of migration 3 on the name as spelt is replaced. The same DDL on
+# both backends.
 RUNS_INDEXES = (
     "CREATE INDEX jobs_runs ON jobs (project_key, spider, end_time)",
-    "CREATE INDEX jobs_schedule_runs ON jobs (schedule, end_time)",
+    "CREATE INDEX jobs_schedule_runs ON jobs (project_key, spider, lower(schedule), end_time)",
+    "DROP INDEX jobs_schedule",
+    "CREATE INDEX jobs_schedule_key ON jobs (lower(schedule), state)",
 )
 
 
@@ -158,17 +241,11 @@ SQLITE_MIGRATIONS = (
         "ALTER TABLE schedules ADD COLUMN buffered INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE schedules ADD COLUMN caught_up INTEGER NOT NULL DEFAULT 0",
         CHAIN_FIRINGS,
-        *(f"UPDATE jobs SET {column} = CAST(json_extract(stats, '$.{stat}') AS INTEGER)"
-          f" WHERE state = 'finished' AND json_valid(stats)"
-          f" AND json_type(stats, '$.{stat}') = 'integer'"
-          for column, stat in COUNTED_STATS),
-        "UPDATE jobs SET errors = " + " + ".join(
-            f"COALESCE(CASE WHEN json_type(stats, '$.{stat}') = 'integer'"
-            f" THEN json_extract(stats, '$.{stat}') END, 0)" for stat in ERROR_STATS)
-        + " WHERE state = 'finished' AND json_valid(stats)",
+        counts_of_old_runs,
         HEALTH_OF_OLD_ENDS,
         *RUNS_INDEXES,
     )),
+    Migration(10, "tokens and their roles", (TOKENS,)),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version
@@ -187,6 +264,9 @@ def migrate_sqlite(db):
         raise NewerSchema(
             f"the job table has schema version {current}, newer than this"
             f" netweir-serve knows ({LATEST}): use the newer netweir-serve")
+    runner = RunStatements(
+        lambda statement, params: db.execute(in_sqlites_words(statement), params or ()).fetchall(),
+        lambda statement, rows: db.executemany(in_sqlites_words(statement), rows))
     applied = []
     for migration in SQLITE_MIGRATIONS:
         if migration.version <= current:
@@ -194,7 +274,7 @@ def migrate_sqlite(db):
         db.execute("BEGIN IMMEDIATE")
         try:
             for statement in migration.statements:
-                db.execute(statement)
+                run_step(statement, runner)
             # PRAGMA takes no parameters; the version is our own int.
             db.execute(f"PRAGMA user_version = {int(migration.version)}")
         except BaseException:

@@ -24,12 +24,13 @@ STATS = "stats"            # a running job's stats were saved
 SCHEDULE = "schedule"      # a recurring schedule was added, changed or deleted
 NODE = "node"              # a node registered, or was declared dead
 PRUNED = "pruned"          # finished jobs were forgotten (past --keep)
+TOKEN = "token"            # a token was added, revoked or rotated (access.tokens)
 CHANGED = "changed"        # anything: re-read (the LISTEN connection came back)
 
 # Notices of progress alone: they move no store's version (no listing, no
 # cached answer and no count shows a running job's stats).
 PROGRESS = (STATS,)
-KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, PRUNED, CHANGED)
+KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, PRUNED, TOKEN, CHANGED)
 
 
 @dataclass(frozen=True)

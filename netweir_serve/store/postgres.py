@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ..names import fold
-from .interfaces import IClusterStore, IJobStore, IScheduleStore
+from .interfaces import IClusterStore, IJobStore, IScheduleStore, ITokenStore
 from .records import FINISHED, NODE_LOST, PENDING, RUNNING, NodeNameTaken, StoreError
 from .columns import POSTGRES_KINDS, SCHEDULE_FIELDS, columns_of, dump_json
 from .job_table import LISTED_STATE, SELECT_ALL, SELECT_LISTED, JobColumns, JobTable, where_all
@@ -39,6 +39,7 @@ from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
 from .schedule_table import ScheduleTable
+from .token_table import TokenTable
 
 log = Logger()
 
@@ -179,8 +180,8 @@ def _broken(cursor):
     return conn.closed or conn.broken
 
 
-@implementer(IJobStore, IScheduleStore, IClusterStore)
-class PostgresJobStore(JobTable, ScheduleTable):
+@implementer(IJobStore, IScheduleStore, IClusterStore, ITokenStore)
+class PostgresJobStore(JobTable, ScheduleTable, TokenTable):
     """The job table in the PostgreSQL database ``url`` (a postgresql://
     URL or a libpq key=value string; its ``options`` may set a search_path
     to keep the tables in a schema of their own), on ``reactor`` (``clock``

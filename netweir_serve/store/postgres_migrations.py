@@ -11,9 +11,8 @@ Append a migration, never edit one that has landed.
 """
 
 from .migrations import (
-    CHAIN_FIRINGS, COUNTED_STATS, ERROR_STATS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS,
-    RUNS_INDEXES,
-    SQLITE_MIGRATIONS, Migration, NewerSchema)
+    CHAIN_FIRINGS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS, RUNS_INDEXES, SQLITE_MIGRATIONS,
+    TOKENS, Migration, NewerSchema, RunStatements, counts_of_old_runs, run_step)
 
 # The key of the session-level advisory lock held while migrating: two
 # nodes starting at once must not both apply a migration (CREATE TABLE IF
@@ -143,22 +142,27 @@ POSTGRES_MIGRATIONS = (
         "ALTER TABLE schedules ADD COLUMN buffered integer NOT NULL DEFAULT 0",
         "ALTER TABLE schedules ADD COLUMN caught_up integer NOT NULL DEFAULT 0",
         CHAIN_FIRINGS.replace("REAL", "double precision"),
-        # Only a whole number is taken: a cast of anything else would fail
-        # the migration.
-        *(f"UPDATE jobs SET {column} = CAST(stats::json->>'{stat}' AS bigint)"
-          f" WHERE state = 'finished' AND stats IS NOT NULL"
-          f" AND stats::json->>'{stat}' ~ '^[0-9]{{1,18}}$'"
-          for column, stat in COUNTED_STATS),
-        "UPDATE jobs SET errors = " + " + ".join(
-            f"COALESCE(CASE WHEN stats::json->>'{stat}' ~ '^[0-9]{{1,18}}$'"
-            f" THEN CAST(stats::json->>'{stat}' AS bigint) END, 0)" for stat in ERROR_STATS)
-        + " WHERE state = 'finished' AND stats IS NOT NULL",
+        counts_of_old_runs,
         HEALTH_OF_OLD_ENDS,
         *RUNS_INDEXES,
     )),
+    _as_sqlite(10, (TOKENS.replace("REAL", "double precision"),)),
 )
 
 POSTGRES_LATEST = POSTGRES_MIGRATIONS[-1].version
+
+
+def _runner(conn):
+    """A migration's statements run on ``conn``."""
+    def all(statement, params):
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+    def many(statement, rows):
+        with conn.cursor() as cursor:
+            cursor.executemany(statement, rows)
+
+    return RunStatements(all, many)
 
 
 def migrate_postgres(conn):
@@ -178,13 +182,14 @@ def migrate_postgres(conn):
             raise NewerSchema(
                 f"the job table has schema version {current}, newer than this"
                 f" netweir-serve knows ({POSTGRES_LATEST}): use the newer netweir-serve")
+        runner = _runner(conn)
         applied = []
         for migration in POSTGRES_MIGRATIONS:
             if migration.version <= current:
                 continue
             with conn.transaction():
                 for statement in migration.statements:
-                    conn.execute(statement)
+                    run_step(statement, runner)
                 conn.execute("UPDATE schema_version SET version = %s", (migration.version,))
             applied.append(migration.version)
         return applied

@@ -17,8 +17,6 @@ power cut.
 """
 
 import collections
-import functools
-import re
 import sqlite3
 import threading
 
@@ -27,12 +25,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from .interfaces import IJobStore, IScheduleStore
+from .interfaces import IJobStore, IScheduleStore, ITokenStore
 from .records import FINISHED, PENDING, RUNNING, StoreError
-from .columns import SCHEDULE_FIELDS, SQLITE_KINDS, columns_of
+from .columns import SCHEDULE_FIELDS, SQLITE_KINDS, columns_of, in_sqlites_words
 from .job_table import SELECT_LISTED, JobColumns, JobTable, where_all
 from .migrations import migrate_sqlite
 from .schedule_table import ScheduleTable
+from .token_table import TokenTable
 from .sqlite_runner import Inline
 
 log = Logger()
@@ -59,12 +58,6 @@ def _is_busy(error):
     return "locked" in str(error) or "busy" in str(error)
 
 
-@functools.lru_cache(maxsize=None)
-def _in_sqlites_words(statement):
-    """``statement`` (psycopg's named placeholders) with SQLite's."""
-    return re.sub(r"%\((\w+)\)s", r":\1", statement)
-
-
 class _Statements:
     """A transaction's statements written for every backend (job_table,
     schedule_table), run on SQLite. ``changed`` tells nobody: no other
@@ -74,7 +67,7 @@ class _Statements:
         self._db = db
 
     def all(self, statement, params):
-        return self._db.execute(_in_sqlites_words(statement), params).fetchall()
+        return self._db.execute(in_sqlites_words(statement), params).fetchall()
 
     def one(self, statement, params):
         # Every row read, so that a RETURNING statement is finished.
@@ -152,8 +145,8 @@ class _Locked(Exception):
         self.error = error
 
 
-@implementer(IJobStore, IScheduleStore)
-class SQLiteJobStore(JobTable, ScheduleTable):
+@implementer(IJobStore, IScheduleStore, ITokenStore)
+class SQLiteJobStore(JobTable, ScheduleTable, TokenTable):
     """IJobStore on the SQLite file ``path`` (or ``:memory:`` for tests).
 
     ``clock`` (IReactorTime) times the retries of locked writes; ``runner``

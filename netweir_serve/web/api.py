@@ -2,10 +2,12 @@
 
 from twisted.internet import defer
 
+from ..access.roles import identity_of
 from ..clocks import WallClock
 from ..jobs.history import read_history
+from ..store.records import FINISHED, PENDING, RUNNING
 from ..store.runpolicy import EnforceableLimits, RunningSet, ServedProjects
-from ..jobs.submit import JobRequest, UnknownProject
+from ..jobs.submit import JobRequest, UnknownProject, unknown_project
 from ..names import fold, job_id_problem
 from ..watching.builds import ListingBuilds
 from .answer import encode, node_name, ok_body, write_error
@@ -88,12 +90,22 @@ class Api:
         except UnknownProject:
             return None
 
-    def project(self, params, key="project"):
-        """The served Project named by ``key``; ApiError when it is not."""
+    def project(self, params, key="project", request=None):
+        """The served Project named by ``key``; ApiError when it is not, or
+        when ``request``'s identity cannot see it: the same answer, naming
+        the projects it sees."""
+        name = params.name(key)
+        identity = identity_of(request)
+        if not identity.sees(name):
+            raise ApiError(404, unknown_project(name, self.project_names(identity)))
         try:
-            return self.submitter.project(params.name(key))
-        except UnknownProject as e:
-            raise ApiError(404, e.message) from None
+            return self.submitter.project(name)
+        except UnknownProject:
+            raise ApiError(404, unknown_project(name, self.project_names(identity))) from None
+
+    def project_names(self, identity):
+        """The names of the served projects ``identity`` sees."""
+        return [name for name in self.projects.names() if identity.sees(name)]
 
 
 class DaemonStatus(ApiEndpoint):
@@ -105,16 +117,44 @@ class DaemonStatus(ApiEndpoint):
                                    built=lambda: api.listing_builds.count("daemonstatus.json"))
 
     def answer(self, params, request):
+        identity = identity_of(request)
+        if not identity.every_project:
+            # Its projects' jobs alone, counted for (and kept for) the
+            # projects it sees.
+            answer = self._cache.answer(seen_key(identity), lambda: self._build_for(identity))
+            return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
         return self._cache.answer(None, self._build)
+
+    def _build_for(self, identity):
+        return self.api.store.tally().addCallback(self._counted, identity).addCallback(
+            encode_ok, self.api.limits)
 
     def _build(self):
         return self.api.store.counts().addCallback(
             lambda counts: ok_body(**counts, limits=self.api.limits))
 
+    @staticmethod
+    def _counted(tally, identity):
+        counts = {PENDING: 0, RUNNING: 0, FINISHED: 0}
+        for (state, project, _), n in tally.items():
+            if identity.sees(project):
+                counts[state] += n
+        return counts
+
+
+def encode_ok(counts, limits):
+    return ok_body(**counts, limits=limits)
+
+
+def seen_key(identity):
+    """The key of an answer built for the projects ``identity`` sees (no
+    project's name is a tuple, so none is mistaken for one)."""
+    return ("seen",) + tuple(sorted(identity.projects))
+
 
 class ListProjects(ApiEndpoint):
     def answer(self, params, request):
-        return {"projects": self.api.projects.names()}
+        return {"projects": self.api.project_names(identity_of(request))}
 
 
 class ListVersions(ApiEndpoint):
@@ -128,7 +168,7 @@ class ListVersions(ApiEndpoint):
 
 class ListSpiders(ApiEndpoint):
     def answer(self, params, request):
-        project = self.api.project(params)
+        project = self.api.project(params, request=request)
         d = self.api.reader.listSpiders(project)
         d.addCallbacks(lambda names: {"spiders": names}, refused)
         return d
@@ -140,7 +180,7 @@ class ListPolicies(ApiEndpoint):
     over it), and the project's rule alone."""
 
     def answer(self, params, request):
-        project = self.api.project(params)
+        project = self.api.project(params, request=request)
         rules = self.api.submitter.rules
         d = self.api.reader.listSpiders(project)
         d.addCallbacks(lambda names: self._policies(project.name, names, rules), refused)
@@ -165,7 +205,7 @@ class Schedule(ApiEndpoint):
     methods = (b"POST",)
 
     def answer(self, params, request):
-        project = self.api.project(params)
+        project = self.api.project(params, request=request)
         job = JobRequest(
             project=project.name,
             spider=params.name("spider"),
@@ -193,6 +233,9 @@ class Cancel(ApiEndpoint):
         project = params.name("project")
         jobid = params.name("job", "job id")
         now = (params.get("signal") or "").upper() in KILL_SIGNALS
+        if not identity_of(request).sees(project):
+            # As for a project that does not exist: no such job.
+            return {"prevstate": None}
         return self._cancel(project, jobid, now).addErrback(refused)
 
     @defer.inlineCallbacks
@@ -214,14 +257,27 @@ class ListJobs(ApiEndpoint):
 
     def answer(self, params, request):
         project = params.name("project", required=False)
+        identity = identity_of(request)
+        if project and not identity.sees(project):
+            # As for a project that does not exist: no jobs.
+            return self._listing(([], [], []), lambda record: None)
+        if not project and not identity.every_project:
+            # Every project it sees, and no other.
+            key, build = seen_key(identity), lambda: self._build(None, identity.sees)
+            answer = self._cache.answer(key, build)
+            return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
         key = fold(project) if project else None
         answer = self._cache.answer(key, lambda: self._build(project))
         return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
 
-    def _build(self, project):
+    def _build(self, project, sees=None):
         # Kept per version of the table: a node registering or declared
         # dead moves it on, so what the nodes serve is read again then.
-        return self.api.store.jobs(project).addCallback(
+        jobs = self.api.store.jobs(project)
+        if sees is not None:
+            jobs.addCallback(lambda lists: tuple(
+                [r for r in records if sees(r.project)] for records in lists))
+        return jobs.addCallback(
             lambda jobs: self.api.reasons(jobs[1]).addCallback(
                 lambda waits_for: self.api.build_aside(self._listing, jobs, waits_for)))
 
@@ -248,6 +304,8 @@ class JobStats(ApiEndpoint):
             self._entry, jobid, history, request).addErrback(refused)
 
     def _entry(self, record, jobid, history=False, request=None):
+        if record is not None and not identity_of(request).sees(record.project):
+            record = None  # as a job that does not exist
         if record is None:
             raise ApiError(404, f"no job {jobid!r}")
         entry = stats_entry(record, self.api.launcher.running_stats(record.id))
@@ -282,12 +340,15 @@ class Status(ApiEndpoint):
     def answer(self, params, request):
         jobid = params.name("job", "job id")
         project = params.name("project", required=False)
-        return self.api.store.get(jobid).addCallback(self._entry, project).addErrback(refused)
+        return self.api.store.get(jobid).addCallback(
+            self._entry, project, identity_of(request)).addErrback(refused)
 
     @staticmethod
-    def _entry(record, project):
+    def _entry(record, project, identity):
         if record is not None and project and fold(record.project) != fold(project):
             record = None
+        if record is not None and not identity.sees(record.project):
+            record = None  # as a job that does not exist
         if record is None:
             return {"currstate": None, "outcome": None}
         return {"currstate": record.state, "outcome": record.outcome}

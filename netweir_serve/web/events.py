@@ -50,6 +50,7 @@ from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
 from ..store.records import FINISHED, RUNNING
+from ..access.roles import identity_of
 from ..names import fold
 from .answer import write_error
 from .pages import refuse_leaf
@@ -81,6 +82,8 @@ class EventStream:
     def __init__(self, hub, request, max_pending):
         self.hub = hub
         self.request = request
+        # Who reads it: only the events of projects it sees are sent.
+        self.identity = identity_of(request)
         self._max_pending = max_pending
         self._paused = False
         self._pending = OrderedDict()
@@ -141,7 +144,15 @@ class EventHub:
     ``deleted``."""
 
     def __init__(self, clock, running_stats, keepalive=KEEPALIVE_SECONDS,
-                 max_pending=MAX_PENDING, time=time.time):
+                 max_pending=MAX_PENDING, time=time.time, admission_every=0.5):
+        # admission(): a Deferred of a function saying whether a stream's
+        # identity still stands (access.tokens.TokenBook.still_admits);
+        # while a token's stream is open it is asked every admission_every
+        # seconds, and a stream whose token was revoked, expired or changed
+        # is ended. None: streams are never ended for that.
+        self.admission = None
+        self._admission_every = admission_every
+        self._admission_timer = None
         self._clock = clock
         self._running_stats = running_stats
         self._keepalive = keepalive
@@ -178,7 +189,7 @@ class EventHub:
             entry["cancel_requested"] = record.cancel_requested
         elif record.state == FINISHED:
             entry["stats"] = record.stats
-        self._broadcast(("job", fold(record.id)), event_bytes("job", entry))
+        self._broadcast(("job", fold(record.id)), event_bytes("job", entry), record.project)
 
     def resync(self):
         """Changes may have been missed: every stream reads the listings again."""
@@ -189,11 +200,15 @@ class EventHub:
             return
         entry = schedule_entry(record, self._timetable.zone_of(record))
         entry["deleted"] = not self._timetable.has(record.name)
-        self._broadcast(("schedule", fold(record.name)), event_bytes("schedule", entry))
+        self._broadcast(("schedule", fold(record.name)), event_bytes("schedule", entry),
+                        record.project)
 
-    def _broadcast(self, key, data):
+    def _broadcast(self, key, data, project=None):
+        """Sends ``data`` to every stream, or (``project`` given) to those
+        whose identity sees that project: another's are absent."""
         for stream in list(self._streams):
-            stream.send(key, data)
+            if project is None or stream.identity.sees(project):
+                stream.send(key, data)
 
     # -- streams -----------------------------------------------------------------
 
@@ -210,6 +225,7 @@ class EventHub:
         # Sends the headers now, so that the client's "open" fires at once.
         request.write(f"retry: {RETRY_MS}\n: connected\n\n".encode("ascii"))
         self._arm()
+        self._arm_admission()
         return stream
 
     def remove(self, stream):
@@ -218,6 +234,34 @@ class EventHub:
         if not self._streams and self._timer is not None and self._timer.active():
             self._timer.cancel()
             self._timer = None
+        if not self._token_streams() and self._admission_timer is not None \
+                and self._admission_timer.active():
+            self._admission_timer.cancel()
+            self._admission_timer = None
+
+    def _token_streams(self):
+        return [s for s in self._streams if s.identity.token]
+
+    def _arm_admission(self):
+        if self.admission is None or not self._token_streams():
+            return
+        if self._admission_timer is None or not self._admission_timer.active():
+            self._admission_timer = self._clock.callLater(self._admission_every,
+                                                          self._check_admission)
+
+    def _check_admission(self):
+        self._admission_timer = None
+        d = self.admission()
+        d.addCallback(self._end_unadmitted)
+        d.addErrback(lambda f: log.failure("the streams' tokens could not be checked", f))
+        d.addBoth(lambda _: self._arm_admission())
+
+    def _end_unadmitted(self, stands):
+        for stream in self._token_streams():
+            if not stands(stream.identity):
+                log.info("an /events stream of token {who} ended: the token was revoked,"
+                         " expired or changed", who=stream.identity.who)
+                self._end(stream)
 
     def _arm(self):
         if self._timer is None or not self._timer.active():
@@ -233,10 +277,14 @@ class EventHub:
     def close_all(self):
         """Ends every stream (the service stops)."""
         for stream in list(self._streams):
-            stream.close()
-            if not stream.request.finished:
-                stream.request.unregisterProducer()
-                stream.request.finish()
+            self._end(stream)
+
+    @staticmethod
+    def _end(stream):
+        stream.close()
+        if not stream.request.finished:
+            stream.request.unregisterProducer()
+            stream.request.finish()
 
 
 class Events(Resource):

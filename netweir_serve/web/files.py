@@ -8,6 +8,7 @@ import os
 
 from twisted.web.resource import Resource
 
+from ..access.roles import identity_of
 from ..names import fold, is_name
 from .answer import NotFound, write_error
 
@@ -60,6 +61,9 @@ def _Level(files, parts, segment, request):
             return _Listing(files, parts)
         if not is_name(text):
             return NotFound("no such path")
+        if not parts and not identity_of(request).sees(text):
+            # A project its identity cannot see: as one that never wrote here.
+            return _Absent(files, 1)
         return _Folder(files, parts + [_on_disk(folder, text)])
     for suffix in files.suffixes:
         if text.endswith(suffix) and is_name(text[: -len(suffix)]):
@@ -93,6 +97,28 @@ class _Folder(Resource):
         if self.files.lister is not None:
             return self.files.lister(request, self.files.root, self.parts)
         return write_error(request, 404, "no such path")
+
+
+class _Absent(Resource):
+    """What is beneath a project an identity cannot see, ``depth`` names
+    down: the answers of a folder that does not exist."""
+
+    def __init__(self, files, depth):
+        super().__init__()
+        self.files = files
+        self.depth = depth
+
+    def getChild(self, segment, request):
+        # A trailing slash asks for this folder's listing.
+        return _Absent(self.files, self.depth + 1) if segment else self
+
+    def render(self, request):
+        if self.depth > 2:
+            return write_error(request, 404, "no such file")
+        if self.files.lister is None:
+            return write_error(request, 404, "no such path")
+        return write_error(request, 404, "no such path (no job of that project or spider"
+                           " has written here, or they were all forgotten)")
 
 
 class _Listing(Resource):

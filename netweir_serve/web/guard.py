@@ -12,18 +12,23 @@ before any resource sees it:
 2. On a loopback endpoint, its ``Host`` header (if any) names ``localhost``
    or a loopback address: a page that pointed a host name of its own at
    127.0.0.1 (DNS rebinding) sends that name.
-3. When the service checks passwords, it carries a username and password
-   with HTTP basic auth that a ``twisted.cred`` checker accepts.
+3. When the service checks credentials (a password is set, or the job
+   table has a token), it carries a username and password with HTTP basic
+   auth, or a token's secret as ``Authorization: Bearer SECRET``, that a
+   ``twisted.cred`` checker accepts: loopback included. With neither a
+   password nor a token, a loopback service asks for nothing.
 
 A refused request gets the service's JSON error answer: 403 for the first
 two, 401 with a ``WWW-Authenticate`` challenge for the third, so that a
 browser asks for the password.
 
-Passwords go through ``twisted.cred``: a ``Portal`` whose realm gives every
-user the same resource tree, and credentials checkers. ``PasswordChecker``
-is the one for ``--username``/``--password``; any other
-``ICredentialsChecker`` of ``IUsernamePassword`` (a file of users and
-hashed passwords, say) plugs in beside it or in its place.
+Credentials go through ``twisted.cred``: a ``Portal`` whose realm gives
+each identity the resource tree as it may enter it (web/gate.py:
+``request.netweir_identity``, and the rule of each path), and credentials
+checkers. ``PasswordChecker`` is the one for ``--username``/``--password``
+(an admin of every project); access.tokens.TokenChecker the tokens'; any
+other ``ICredentialsChecker`` of ``IUsernamePassword`` (a file of users and
+hashed passwords, say) plugs in beside them, its users admins too.
 """
 
 import binascii
@@ -45,6 +50,8 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.util import DeferredResource
 from zope.interface import implementer
 
+from netweir_serve.access.roles import ADMIN, NOBODY, Identity
+from netweir_serve.access.tokens import BearerSecret, KdfBusy
 from netweir_serve.web.answer import write_error
 
 log = Logger()
@@ -90,11 +97,14 @@ REBOUND = Refusal(
 )
 UNAUTHORIZED = Refusal(
     401,
-    "Authentication required: give the service's username and password with "
-    "HTTP basic auth.",
+    "Authentication required: give the service's username and password, or a"
+    " token's name and secret, with HTTP basic auth, or the secret as"
+    " 'Authorization: Bearer SECRET'.",
     [(b"www-authenticate", REALM)],
 )
 CHECKER_FAILED = Refusal(500, "internal error checking the password; see the service's log")
+CHECKS_BUSY = Refusal(503, "too many credentials are being checked at once: try again in a"
+                           " moment", [(b"retry-after", b"1")])
 
 
 def _split_host(text):
@@ -266,15 +276,29 @@ def portal_for(resource, checkers):
 
 @implementer(IRealm)
 class SiteRealm:
-    """Every user who gets in gets the same ``resource`` tree."""
+    """Every identity that gets in gets the ``resource`` tree as it may
+    enter it (web/gate.Admitted). A token's checker gives its
+    access.roles.Identity as the avatar id; any other checker a user name,
+    an admin of every project."""
 
     def __init__(self, resource):
         self.resource = resource
 
     def requestAvatar(self, avatarId, mind, *interfaces):
+        from .gate import Admitted
+
         if IResource not in interfaces:
             raise NotImplementedError("netweir-serve's realm gives only web resources")
-        return IResource, self.resource, lambda: None
+        return IResource, Admitted(self.resource, identity_of_avatar(avatarId)), lambda: None
+
+
+def identity_of_avatar(avatar_id):
+    """The Identity a checker's avatar id stands for."""
+    if isinstance(avatar_id, Identity):
+        return avatar_id
+    if isinstance(avatar_id, bytes):
+        avatar_id = avatar_id.decode("utf-8", "replace")
+    return Identity(str(avatar_id), ADMIN)
 
 
 @implementer(IResource)
@@ -285,18 +309,34 @@ class GuardedResource:
 
     ``credentials`` is ``None`` or a ``(username, password)`` pair of
     strings, checked by a ``PasswordChecker``; ``checkers`` are more
-    ``ICredentialsChecker`` providers. With neither, nobody is asked for a
-    password. ``loopback_only`` says the request came on a loopback
+    ``ICredentialsChecker`` providers. ``tokens`` is None or a pair
+    (access.tokens.TokenBook, its TokenChecker): while the book has no
+    token, it asks nobody for anything. With none of them, nobody is asked
+    for a password. ``loopback_only`` says the request came on a loopback
     endpoint, which turns the Host check on.
     """
 
-    def __init__(self, wrapped, credentials=None, loopback_only=True, checkers=()):
+    def __init__(self, wrapped, credentials=None, loopback_only=True, checkers=(),
+                 tokens=None, may_be_open=True):
         self._wrapped = wrapped
         self._loopback_only = loopback_only
+        # Whether, with no password and no token, it lets everyone in: a
+        # loopback or socket endpoint, or one started --insecure-no-auth.
+        # One other machines reach that started because a token existed
+        # stays shut when the last token goes (revoked, say).
+        self._may_be_open = may_be_open
+        self._shut_told = False
         checkers = list(checkers)
         if credentials is not None:
             checkers.insert(0, PasswordChecker(*credentials))
+        # Without a token, the password's portal (or none); with one, the
+        # tokens' checker beside the others.
         self._portal = portal_for(wrapped, checkers) if checkers else None
+        self._book = None
+        if tokens is not None:
+            self._book, token_checker = tokens
+            self._token_portal = portal_for(wrapped, checkers + [token_checker])
+        self._open = _admitted(wrapped, NOBODY)
         self._factory = StrictBasicCredentialFactory(REALM_NAME)
 
     def check(self, request):
@@ -307,7 +347,7 @@ class GuardedResource:
         entered = self._enter(request)
         if isinstance(entered, _Waiting):
             raise RuntimeError("a credentials checker answers later: use authorized()")
-        return None if entered is self._wrapped else entered
+        return entered if isinstance(entered, Refusal) else None
 
     def screen(self, request):
         """The ``Refusal`` the Origin and Host checks answer ``request``
@@ -322,11 +362,28 @@ class GuardedResource:
         return None
 
     def authorized(self, request):
-        """A Deferred of the resource tree ``request`` may enter, or of the
-        ``Refusal`` to answer it with (401, or 500 when a checker fails)."""
-        if self._portal is None:
-            return defer.succeed(self._wrapped)
-        d = self._portal.login(self._credentials(request), None, IResource)
+        """A Deferred of the resource tree ``request`` may enter (as its
+        identity: web/gate.Admitted), or of the ``Refusal`` to answer it
+        with (401, or 500 when a checker fails)."""
+        if self._book is None:
+            return self._login(self._portal, request)
+        d = self._book.current()
+        return d.addCallbacks(
+            lambda tokens: self._login(self._token_portal if tokens else self._portal,
+                                       request),
+            self._refused)
+
+    def _login(self, portal, request):
+        if portal is None:
+            if not self._may_be_open:
+                if not self._shut_told:
+                    self._shut_told = True
+                    log.warn("no token and no password is left: this endpoint, which other"
+                             " machines reach, answers every request 401 until a token is"
+                             " added (netweir-serve token add)")
+                return defer.succeed(UNAUTHORIZED)
+            return defer.succeed(self._open)
+        d = portal.login(self._credentials(request), None, IResource)
         return d.addCallbacks(lambda avatar: avatar[1], self._refused)
 
     def _credentials(self, request):
@@ -334,6 +391,9 @@ class GuardedResource:
         if values is None:
             return Anonymous()
         scheme, _, response = values[0].strip().partition(b" ")
+        if len(values) == 1 and scheme.lower() == b"bearer" and self._book is not None \
+                and response.strip():
+            return BearerSecret(response.strip())
         if len(values) != 1 or scheme.lower() != self._factory.scheme:
             return _NO_CREDENTIALS
         try:
@@ -345,6 +405,8 @@ class GuardedResource:
     def _refused(failure):
         if failure.check(cred_error.LoginFailed, cred_error.Unauthorized):
             return UNAUTHORIZED
+        if failure.check(KdfBusy):
+            return CHECKS_BUSY
         log.failure("a credentials checker failed", failure)
         return CHECKER_FAILED
 
@@ -373,9 +435,9 @@ class GuardedResource:
             # Traversed again from the tree once a checker answers.
             request.postpath.insert(0, request.prepath.pop())
             return entered.resource()
-        if entered is not self._wrapped:
+        if isinstance(entered, Refusal):
             return entered
-        return self._wrapped.getChildWithDefault(name, request)
+        return entered.getChildWithDefault(name, request)
 
     def putChild(self, path, child):
         self._wrapped.putChild(path, child)
@@ -385,6 +447,12 @@ class GuardedResource:
         if isinstance(entered, _Waiting):
             return entered.resource().render(request)
         return entered.render(request)
+
+
+def _admitted(tree, identity):
+    from .gate import Admitted
+
+    return Admitted(tree, identity)
 
 
 class _Waiting:

@@ -35,6 +35,7 @@ from twisted.web.util import redirectTo
 
 from ..jobs.files import open_beneath
 from ..names import is_name
+from ..access.roles import identity_of
 from .answer import write_error
 from .pages import document, refuse_method, write_html
 
@@ -84,9 +85,11 @@ def folder_rows(directory):
     return sorted(rows)
 
 
-def project_rows(projects):
-    """(name, href, size, type) of each served project, as a folder."""
-    return [(name + "/", name + "/", "", "[Directory]") for name in projects.names()]
+def project_rows(projects, sees=lambda name: True):
+    """(name, href, size, type) of each served project ``sees`` (a
+    function of its name) says to show, as a folder."""
+    return [(name + "/", name + "/", "", "[Directory]") for name in projects.names()
+            if sees(name)]
 
 
 def file_rows(directory, kind):
@@ -172,7 +175,7 @@ class DirectoryLister:
             return b"" if request.method == b"HEAD" else body
         try:
             if not parts:
-                rows = project_rows(self.projects)
+                rows = project_rows(self.projects, identity_of(request).sees)
             elif folder is None:
                 rows = []  # a served project that has written nothing yet
             elif len(parts) == 2:

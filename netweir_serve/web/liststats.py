@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from ..jobs.files import files_of, read_stats
 from ..store.records import RUNNING
 from ..names import fold
+from ..access.roles import NOBODY, identity_of
 from .answer import encode
 from .endpoint import JsonEndpoint
 from .refusals import refused
@@ -98,10 +99,14 @@ class LogParserStats(JsonEndpoint):
         self._finished = {}
 
     def answer(self, params, request):
-        return self._store.jobs().addCallback(self._answer).addErrback(refused)
+        return self._store.jobs().addCallback(
+            self._answer, identity_of(request)).addErrback(refused)
 
-    def _answer(self, jobs):
+    def _answer(self, jobs, identity=NOBODY):
         _, running, finished = jobs
+        if not identity.every_project:
+            running = [r for r in running if identity.sees(r.project)]
+            finished = [r for r in finished if identity.sees(r.project)]
         now = self._clock.seconds()
         datas = {}
         for record in running:
@@ -117,8 +122,12 @@ class LogParserStats(JsonEndpoint):
                 entry = job_stats(record, stats, record.end_time, now)
             kept[key] = entry
             _add(datas, record, entry)
-        # Forgotten jobs' entries go with them.
-        self._finished = kept
+        # Forgotten jobs' entries go with them (a listing of some projects
+        # alone forgets none).
+        if identity.every_project:
+            self._finished = kept
+        else:
+            self._finished.update(kept)
         return encode({
             "status": "ok",
             "datas": datas,

@@ -32,7 +32,7 @@ from twisted.web.resource import Resource
 
 from .. import __version__
 from ..health.checks import DEGRADED
-from ..jobs.events import ENDED, QUEUED, STARTED
+from ..jobs.events import ENDED, QUEUED, RECORDED_LATE, STARTED
 from ..names import fold
 from ..watching.builds import ListingBuilds
 from ..watching.lag import LAG_BUCKETS
@@ -140,7 +140,7 @@ class ServiceMetrics:
     # -- hearing -------------------------------------------------------------------
 
     def subscribe(self, events):
-        return events.subscribe(self.job_heard, kinds=(QUEUED, STARTED, ENDED))
+        return events.subscribe(self.job_heard, kinds=(QUEUED, STARTED, ENDED, RECORDED_LATE))
 
     def job_heard(self, kind, record):
         if kind == QUEUED:
@@ -163,6 +163,12 @@ class ServiceMetrics:
             # Paused by this end, in its transaction: counted once.
             self.pauses[(record.project,)] += 1
         key = (record.project, record.spider)
+        if kind == RECORDED_LATE:
+            # Its end was counted when it was announced; its health, known
+            # only now, is counted now.
+            if record.health == DEGRADED:
+                self.degraded[key] += 1
+            return
         self.ended[key + (record.outcome or "unknown", record.reason or "")] += 1
         if record.health == DEGRADED:
             self.degraded[key] += 1

@@ -24,6 +24,7 @@ from twisted.web.resource import Resource
 from .. import __version__
 from ..health.checks import DEGRADED
 from ..store.records import FINISHED, PENDING, RUNNING
+from ..access.roles import identity_of
 from .answer import write_error
 from .cache import VersionCache
 from .dashboard import dashboard_section, static_files
@@ -208,7 +209,9 @@ class Home(HtmlPage):
         self.projects = projects
 
     def page(self, request):
-        return home_html(self.projects.names(), __version__)
+        identity = identity_of(request)
+        return home_html([name for name in self.projects.names() if identity.sees(name)],
+                         __version__)
 
 
 # -- /jobs -------------------------------------------------------------------------
@@ -327,20 +330,29 @@ class Jobs(HtmlPage):
         self.columns = COLUMNS + (NODE_COLUMN,) if store.shared else COLUMNS
 
     def page(self, request):
-        cached = self._cache.answer(None, self._build)
+        identity = identity_of(request)
+        if identity.every_project:
+            cached = self._cache.answer(None, self._build)
+        else:
+            # Its projects' jobs and schedules alone, kept for the projects it sees.
+            cached = self._cache.answer(("seen",) + tuple(sorted(identity.projects)),
+                                        lambda: self._build(identity.sees))
         if isinstance(cached, defer.Deferred):
             return cached.addCallback(self._html)
         return self._html(cached)
 
-    def _build(self):
+    def _build(self, sees=None):
         rows = self.store.jobs()
+        if sees is not None:
+            rows.addCallback(lambda lists: tuple(
+                [r for r in records if sees(r.project)] for records in lists))
         if self.reasons is not None:
             rows.addCallback(lambda jobs: self.reasons(jobs[1]).addCallback(
                 lambda waits_for: self._rows(jobs, waits_for)))
         else:
             rows.addCallback(self._rows)
         if self.timetable is not None:
-            rows.addCallback(self._with_schedules)
+            rows.addCallback(self._with_schedules, sees)
         return rows
 
     def _rows(self, jobs, waits_for=lambda record: None):
@@ -349,8 +361,10 @@ class Jobs(HtmlPage):
         return ("".join(job_row(r, now, self.columns, waits_for(r)) for r in pending), running,
                 "".join(job_row(r, now, self.columns) for r in reversed(finished)), "")
 
-    def _with_schedules(self, cached):
+    def _with_schedules(self, cached, sees=None):
         def rows(records):
+            if sees is not None:
+                records = [r for r in records if sees(r.project)]
             zone_of = self.timetable.zone_of
             return cached[:3] + ("".join(schedule_row(r, zone_of(r)) for r in records),)
 

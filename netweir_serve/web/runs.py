@@ -6,7 +6,7 @@ from twisted.internet import defer
 
 from ..health.checks import medians_of
 from ..names import fold
-from ..reliability.policy import JobPolicy
+from ..reliability.policy import JobPolicy, whole_number
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .refusals import refused
@@ -41,15 +41,10 @@ def _limit(params):
     text = params.get("limit")
     if text is None or text == "":
         return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    limit = whole_number(text)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         raise ApiError(400, f"limit {text!r} is not a number of runs from 1 to {MAX_LIMIT}")
-    return int(text)
-
-
-def _rounded(medians):
-    if medians["runtime"] is not None:
-        medians["runtime"] = round(medians["runtime"], 3)
-    return medians
+    return limit
 
 
 class Runs(ApiEndpoint):
@@ -60,7 +55,7 @@ class Runs(ApiEndpoint):
     with; with ``schedule``, its counts too."""
 
     def answer(self, params, request):
-        project = self.api.project(params)
+        project = self.api.project(params, request=request)
         spider = params.name("spider")
         schedule = params.name("schedule", "schedule name", required=False)
         limit = _limit(params)
@@ -89,7 +84,7 @@ class Runs(ApiEndpoint):
             "spider": spider,
             "runs": [run_entry(r) for r in runs],
             "history": {"size": size, "runs": len(history)},
-            "medians": _rounded(medians_of(history)),
+            "medians": medians_of(history),
         }
         if record is not None:
             answer["schedule"] = {"name": record.name, "runs": record.runs,

@@ -1,11 +1,14 @@
 """The recurring schedules' endpoints: add, edit, list, delete, pause,
 resume, run now and backfill."""
 
+from twisted.python.failure import Failure
+
 from ..names import fold
 from ..reliability.policy import KEYS as POLICY_KEYS
 from ..schedules.edits import TEXT_PARAMETERS
 from ..schedules.times import iso_time
-from ..schedules.timetable import ScheduleRequest
+from ..schedules.timetable import ScheduleRequest, UnknownSchedule
+from ..access.roles import identity_of
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .refusals import refused
@@ -24,6 +27,13 @@ EDITSCHEDULE_PARAMETERS = ADDSCHEDULE_PARAMETERS
 MAX_NOTE = 500
 
 
+def hidden_schedule(request, project, name):
+    """Raises, for a project ``request``'s identity cannot see, what the
+    timetable answers for a schedule that does not exist."""
+    if not identity_of(request).sees(project):
+        refused(Failure(UnknownSchedule.named(project, name)))
+
+
 class _ScheduleEndpoint(ApiEndpoint):
     """An endpoint that answers with one schedule (listschedules.json's
     entry, its times in its zone)."""
@@ -36,7 +46,7 @@ class AddSchedule(_ScheduleEndpoint):
     methods = (b"POST",)
 
     def answer(self, params, request):
-        project = self.api.project(params)
+        project = self.api.project(params, request=request)
         if params.get("jobid") is not None:
             raise ApiError(400, "addschedule.json takes no jobid: a schedule's jobs are"
                                 " named NAME-YYYYMMDDTHHMMSSZ after their due time")
@@ -107,6 +117,7 @@ class EditSchedule(_ScheduleEndpoint):
                                 " (cron, every, after, on, tz, overlap, misfire, setting,"
                                 " priority, jitter, pause_after, a policy key or spider"
                                 " arguments)")
+        hidden_schedule(request, project, name)
         edited = self.api.timetable.edit(project, name, given)
         return edited.addCallbacks(self._entry, refused)
 
@@ -119,6 +130,7 @@ class RunSchedule(_ScheduleEndpoint):
     def answer(self, params, request):
         project = params.name("project")
         name = params.name("name", "schedule name")
+        hidden_schedule(request, project, name)
         ran = self.api.timetable.run_now(project, name)
         return ran.addCallbacks(self._answer, refused)
 
@@ -147,6 +159,7 @@ class BackfillSchedule(_ScheduleEndpoint):
         for key in ("from", "to"):
             if not params.get(key):
                 raise ApiError(400, f"parameter {key!r} is missing: give an ISO 8601 time")
+        hidden_schedule(request, project, name)
         filled = self.api.timetable.backfill(project, name, params.get("from"), params.get("to"))
         return filled.addCallbacks(self._answer, refused)
 
@@ -176,10 +189,12 @@ class ListSchedules(ApiEndpoint):
         project = params.name("project", required=False)
         name = params.name("name", "schedule name", required=False)
         listed = self.api.timetable.schedules(project)
-        return listed.addCallbacks(self._entries, refused, callbackArgs=(name,))
+        return listed.addCallbacks(self._entries, refused,
+                                   callbackArgs=(name, identity_of(request)))
 
-    def _entries(self, records, name):
+    def _entries(self, records, name, identity):
         zone_of = self.api.timetable.zone_of
+        records = [r for r in records if identity.sees(r.project)]
         if name is not None:
             records = [r for r in records if fold(r.name) == fold(name)]
         return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
@@ -196,6 +211,7 @@ class PauseSchedule(_ScheduleEndpoint):
         note = params.get("note") or None
         if note is not None and len(note) > MAX_NOTE:
             raise ApiError(400, f"parameter 'note' is longer than {MAX_NOTE} characters")
+        hidden_schedule(request, project, name)
         paused = self.api.timetable.pause(project, name, note=note)
         return paused.addCallbacks(self._entry, refused)
 
@@ -213,6 +229,7 @@ class ScheduleAction(_ScheduleEndpoint):
     def answer(self, params, request):
         project = params.name("project")
         name = params.name("name", "schedule name")
+        hidden_schedule(request, project, name)
         done = getattr(self.api.timetable, self.action)(project, name)
         return done.addCallbacks(self._entry, refused)
 
