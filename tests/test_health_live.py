@@ -9,35 +9,14 @@ on=degraded follows a degraded run and no healthy one; bad
 thresholds and runs.json's bad parameters are a 4xx naming them."""
 
 import json
-import os
 
-from twisted.trial import unittest
-
-from . import pg
-from .processes import Daemon, shared_site, wait_until
-from .spiders import write_project
-from .test_cluster import kill_beneath
+from .bothtables import LiveCases, on_both_tables
+from .processes import wait_until
 from .test_notify import Receiver
 
 
-class HealthLive:
-    """The cases; a subclass says which job table the daemons use."""
-
-    def table_args(self):
-        raise NotImplementedError
-
-    def setUp(self):
-        self.site = shared_site()
-        self.base = os.path.abspath(self.mktemp())
-        os.makedirs(self.base)
-        self.shop = write_project(os.path.join(self.base, "shop"), self.site.base)
-        self.directory = os.path.join(self.base, "dir")
-        self.addCleanup(kill_beneath, self.base)
-
-    def daemon(self, *args):
-        daemon = Daemon(self.directory, [f"shop={self.shop}"], [*self.table_args(), *args])
-        self.addCleanup(daemon.kill)
-        return daemon.start()
+class HealthLive(LiveCases):
+    """The cases; on_both_tables makes them a test class per job table."""
 
     def crawl(self, daemon, count, **params):
         jobid = daemon.must_schedule("shop", "counted", count=str(count), **params)
@@ -164,15 +143,4 @@ class HealthLive:
             self.assertIn(named, answer["message"])
 
 
-class SQLiteHealthTests(HealthLive, unittest.TestCase):
-    def table_args(self):
-        return ()
-
-
-class PostgresHealthTests(HealthLive, unittest.TestCase):
-    def setUp(self):
-        self.jobs_db = pg.fresh_url(self)
-        super().setUp()
-
-    def table_args(self):
-        return ("--jobs-db", self.jobs_db)
+SQLiteHealthTests, PostgresHealthTests = on_both_tables(HealthLive, "Health")

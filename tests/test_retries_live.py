@@ -11,12 +11,9 @@ import os
 import signal
 from datetime import datetime
 
-from twisted.trial import unittest
-
-from . import pg
-from .processes import Daemon, shared_site, wait_until
-from .spiders import HEADER, write_project
-from .test_cluster import kill_beneath
+from .bothtables import LiveCases, on_both_tables
+from .processes import wait_until
+from .spiders import HEADER
 from .test_notify import Receiver
 
 # The first run of this spider stops itself at page 15 of the thirty, with
@@ -63,28 +60,14 @@ def moment(text):
     return datetime.strptime(text, TIME_FORMAT)
 
 
-class RetriesLive:
-    """The cases; a subclass says which job table the daemons use."""
-
-    def table_args(self):
-        raise NotImplementedError
+class RetriesLive(LiveCases):
+    """The cases; on_both_tables makes them a test class per job table."""
 
     def setUp(self):
-        self.site = shared_site()
-        self.base = os.path.abspath(self.mktemp())
-        os.makedirs(self.base)
-        self.shop = write_project(os.path.join(self.base, "shop"), self.site.base)
+        super().setUp()
         for name, body in (("halfway.py", HALFWAY), ("slowfailing.py", SLOW_FAILING)):
             with open(os.path.join(self.shop, name), "w") as f:
                 f.write(HEADER.format(site=self.site.base) + body)
-        self.directory = os.path.join(self.base, "dir")
-        self.addCleanup(kill_beneath, self.base)
-
-    def daemon(self, *args, start=True):
-        daemon = Daemon(self.directory, [f"shop={self.shop}"],
-                        [*self.table_args(), *args])
-        self.addCleanup(daemon.kill)
-        return daemon.start() if start else daemon
 
     @staticmethod
     def restart(daemon):
@@ -232,15 +215,4 @@ class RetriesLive:
         self.assertEqual(daemon.get("listjobs.json")[1]["pending"], [])
 
 
-class SQLiteRetriesTests(RetriesLive, unittest.TestCase):
-    def table_args(self):
-        return ()
-
-
-class PostgresRetriesTests(RetriesLive, unittest.TestCase):
-    def setUp(self):
-        self.jobs_db = pg.fresh_url(self)
-        super().setUp()
-
-    def table_args(self):
-        return ("--jobs-db", self.jobs_db)
+SQLiteRetriesTests, PostgresRetriesTests = on_both_tables(RetriesLive, "Retries")

@@ -68,24 +68,6 @@ class CredentialTests(CrawlTestCase):
         daemon.auth = (USER, PASSWORD)
         self.assertEqual(daemon.call("GET", f"/logs/shop/echo/{jobid}.log")[0], 200)
 
-    def test_a_project_folder_linked_under_logs_is_not_listed(self):
-        # Issue 26: the listings follow the files' rule, no link on the way.
-        daemon = self.daemon()
-        outside = os.path.join(self.base, "outside-listed")
-        os.makedirs(os.path.join(outside, "secret-spider"))
-        with open(os.path.join(outside, "secret-spider", "secretjob.log"), "w") as f:
-            f.write("outside DIR\n" * 1000)
-        logs = os.path.join(daemon.directory, "logs")
-        os.makedirs(logs, exist_ok=True)
-        # A served project whose folder is a link, and one served by no one.
-        for name in ("shop", "linked"):
-            os.symlink(outside, os.path.join(logs, name))
-        for path in ("/logs/shop/", "/logs/shop/secret-spider/", "/logs/linked/",
-                     "/logs/linked/secret-spider/", "/items/shop/secret-spider/"):
-            status, _, body = daemon.call("GET", path)
-            self.assertNotIn(b"secret", body, path)
-            self.assertIn(status, (200, 404), path)
-
     def test_pages_cannot_reach_it(self):
         daemon = self.daemon()
         for headers in ({"Origin": "null"}, {"Origin": ""}, {"Origin": "http://evil.example"},

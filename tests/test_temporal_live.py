@@ -13,12 +13,9 @@ import os
 import time
 from datetime import datetime, timedelta, timezone
 
-from twisted.trial import unittest
-
-from . import pg
-from .processes import Daemon, shared_site, wait_until
-from .spiders import write_project
-from .test_cluster import ClusterTestCase, kill_beneath
+from .bothtables import LiveCases, on_both_tables
+from .processes import wait_until
+from .test_cluster import ClusterTestCase
 from .test_notify import Receiver
 from .test_schedules_live import epoch, listed, local_epoch
 
@@ -29,25 +26,8 @@ def iso(moment):
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class TemporalLive:
-    """The cases; a subclass says which job table the daemons use."""
-
-    def table_args(self):
-        raise NotImplementedError
-
-    def setUp(self):
-        self.site = shared_site()
-        self.base = os.path.abspath(self.mktemp())
-        os.makedirs(self.base)
-        self.shop = write_project(os.path.join(self.base, "shop"), self.site.base)
-        self.directory = os.path.join(self.base, "dir")
-        self.addCleanup(kill_beneath, self.base)
-
-    def daemon(self, *args, env=None):
-        daemon = Daemon(self.directory, [f"shop={self.shop}"], [*self.table_args(), *args],
-                        env=env)
-        self.addCleanup(daemon.kill)
-        return daemon.start()
+class TemporalLive(LiveCases):
+    """The cases; on_both_tables makes them a test class per job table."""
 
     def add(self, daemon, **params):
         status, answer = daemon.post("addschedule.json", {"project": "shop", **params})
@@ -226,18 +206,7 @@ class TemporalLive:
         daemon.post("pauseschedule.json", {"project": "shop", "name": "flaky"})
 
 
-class SQLiteTemporalTests(TemporalLive, unittest.TestCase):
-    def table_args(self):
-        return ()
-
-
-class PostgresTemporalTests(TemporalLive, unittest.TestCase):
-    def setUp(self):
-        self.jobs_db = pg.fresh_url(self)
-        super().setUp()
-
-    def table_args(self):
-        return ("--jobs-db", self.jobs_db)
+SQLiteTemporalTests, PostgresTemporalTests = on_both_tables(TemporalLive, "Temporal")
 
 
 class ClusterTemporalTests(ClusterTestCase):
