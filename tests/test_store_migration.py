@@ -332,6 +332,18 @@ def version_8_db(path, runs):
     db.close()
 
 
+@defer.inlineCallbacks
+def check_old_runs_counted(test, store):
+    """That ``store``, migrated from a table holding OLD_RUNS and a pending
+    job 'waiting', counted each run as OLD_RUNS expects (both stores)."""
+    for old, expected in OLD_RUNS:
+        found = yield store.get(old[0])
+        test.assertEqual((found.items, found.pages, found.errors, found.health), expected, old)
+        test.assertEqual(found.health_reasons, ())
+    waiting = yield store.get("waiting")
+    test.assertEqual((waiting.items, waiting.errors, waiting.health), (None, None, None))
+
+
 class RunHealthMigrationTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_migration_9_counts_old_runs_from_their_stats_and_calls_them_healthy(self):
@@ -339,13 +351,7 @@ class RunHealthMigrationTests(unittest.TestCase):
         version_8_db(path, [old for old, _ in OLD_RUNS])
         store = SQLiteJobStore(path, Clock())
         self.addCleanup(store.close)
-        for old, expected in OLD_RUNS:
-            found = yield store.get(old[0])
-            self.assertEqual((found.items, found.pages, found.errors, found.health), expected,
-                             old)
-            self.assertEqual(found.health_reasons, ())
-        waiting = yield store.get("waiting")
-        self.assertEqual((waiting.items, waiting.errors, waiting.health), (None, None, None))
+        yield check_old_runs_counted(self, store)
 
     def test_the_history_of_a_spider_and_of_a_schedule_is_read_by_an_index(self):
         path = os.path.abspath(self.mktemp())

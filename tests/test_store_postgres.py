@@ -358,7 +358,7 @@ class MigrationTests(StoreCase):
         import psycopg
         from netweir_serve.store import postgres
         from netweir_serve.store.postgres_migrations import POSTGRES_MIGRATIONS
-        from .test_store_migration import OLD_RUNS
+        from .test_store_migration import OLD_RUNS, check_old_runs_counted
         with psycopg.connect(postgres.conninfo_of(self.url), autocommit=True) as conn:
             conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
             conn.execute("INSERT INTO schema_version (version) VALUES (8)")
@@ -378,13 +378,7 @@ class MigrationTests(StoreCase):
                 " settings, arguments, priority, state, created) VALUES ('waiting', 'waiting',"
                 " 'shop', 'shop', 'books', '/p/books.py', '[]', '[]', 0, 'pending', 1.0)")
         store = yield self.open()
-        for old, expected in OLD_RUNS:
-            found = yield store.get(old[0])
-            self.assertEqual((found.items, found.pages, found.errors, found.health), expected,
-                             old)
-            self.assertEqual(found.health_reasons, ())
-        waiting = yield store.get("waiting")
-        self.assertEqual((waiting.items, waiting.errors, waiting.health), (None, None, None))
+        yield check_old_runs_counted(self, store)
         indexes = {row[0] for row in self.sql(
             "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
             " AND tablename = 'jobs'")}
