@@ -69,8 +69,15 @@ class JsonEndpoint(Resource):
             kept["result"] = result if isinstance(result, dict) else None
             return write_json(request, self._body(result))
 
+        def failed(failure):
+            if failure.check(defer.CancelledError):
+                # The client went away before an answer: nothing to say,
+                # nothing done that needs a row (a submit undoes itself).
+                return failure
+            return self._failed(failure, request)
+
         d = defer.maybeDeferred(answer)
-        d.addCallbacks(answered, lambda f: self._failed(f, request))
+        d.addCallbacks(answered, failed)
         d.addCallback(lambda body: self.audited_answer(request, body, kept["params"],
                                                        kept["result"]))
         return render_result(request, d, lambda body: body, lambda f: self._failed(f, request))
