@@ -2,6 +2,7 @@
 parameters (never a secret), a row that cannot be written, and the
 pruning of rows past --keep-audit."""
 
+import io
 import os
 
 from twisted.internet import defer
@@ -92,3 +93,83 @@ class PruneTests(TestCase):
         self.assertEqual(self.kept(), [])
         pruner.stop()
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class Waiting(defer.Deferred):
+    pass
+
+
+class Request(DummyRequest):
+    """A DummyRequest with what a real Request has beside: its body and
+    ``code``."""
+
+    def __init__(self):
+        super().__init__([])
+        self.content = io.BytesIO(b"")
+
+    @property
+    def code(self):
+        return self.responseCode
+
+
+class AuditedEndpointTests(TestCase):
+    """An audited endpoint (web/endpoint.ApiEndpoint.audited) as the site
+    renders it."""
+
+    def endpoint(self, answer):
+        from netweir_serve.web.endpoint import ApiEndpoint
+
+        class Api:
+            pass
+
+        api = Api()
+        api.audit = AuditLog(self.store, Clock())
+
+        class Write(ApiEndpoint):
+            methods = (b"POST",)
+            audited = True
+            audit_target = ("job", "jobid")
+
+            def answer(self, params, request):
+                return answer(params)
+
+        return Write(api)
+
+    def setUp(self):
+        self.store = SQLiteJobStore(os.path.abspath(self.mktemp()), Clock())
+        self.addCleanup(self.store.close)
+
+    def post(self, endpoint, **params):
+        request = Request()
+        request.method = b"POST"
+        request.path = b"/write.json"
+        request.uri = b"/write.json?" + "&".join(f"{k}={v}" for k, v in params.items()).encode()
+        return request, endpoint.render(request)
+
+    def test_the_row_is_written_before_the_answer_goes_out(self):
+        _, body = self.post(self.endpoint(lambda params: {"jobid": "j1"}), project="shop")
+        self.assertIn(b'"jobid":"j1"', body)
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.endpoint, row.project, row.target, row.status),
+                         ("write.json", "shop", "j1", 200))
+
+    def test_a_refusal_is_recorded_with_its_status(self):
+        from netweir_serve.web.params import ApiError
+
+        def refuse(params):
+            raise ApiError(409, "taken")
+
+        request, _ = self.post(self.endpoint(refuse), project="shop", job="j1")
+        self.assertEqual(request.responseCode, 409)
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.target, row.status), ("j1", 409))
+
+    def test_a_client_gone_before_the_answer_is_no_error_and_no_row(self):
+        failures = []
+        from netweir_serve.web import endpoint as module
+        self.patch(module.log, "failure", lambda *a, **kw: failures.append(a))
+        waiting = Waiting()
+        request, body = self.post(self.endpoint(lambda params: waiting), project="shop")
+        request.processingFailed(Exception("the client went away"))
+        self.assertTrue(waiting.called)
+        self.assertEqual((failures, self.successResultOf(self.store.audit())), ([], []))
