@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from ..names import fold
 from .audit_records import AuditEntry
+from .job_table import _among as projects_among
 
 _COLUMNS = ("time", "who", "address", "endpoint", "project", "target", "change", "status")
 _SELECT = ", ".join(("seq",) + _COLUMNS)
@@ -56,13 +57,11 @@ class AuditTable:
         """See IAuditStore.audit."""
         conditions, params = [], {"limit": max(1, min(int(limit), MAX_LISTED))}
         if projects is not None:
-            keys = sorted({fold(p) for p in projects})
-            if not keys:
+            among, names = projects_among(projects)
+            if among is None:
                 return self._read_statements(lambda tx: [])
-            names = {f"p{i}": key for i, key in enumerate(keys)}
             params.update(names)
-            conditions.append(
-                f"project_key IN ({', '.join(f'%({n})s' for n in names)})")
+            conditions.append(f"project_key {among}")
         elif not every:
             conditions.append("project_key IS NOT NULL")
         if since is not None:

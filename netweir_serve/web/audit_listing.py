@@ -37,11 +37,11 @@ class AuditList(ApiEndpoint):
 
     def answer(self, params, request):
         identity = identity_of(request)
+        if not identity.may(WRITE):
+            raise ApiError(403, f"this needs the {NEEDED[WRITE]} role")
         project = params.name("project", required=not identity.every_project)
         since = _since(params.get("since"))
         limit = _limit(params.get("limit"))
-        if not identity.may(WRITE):
-            raise ApiError(403, f"this needs the {NEEDED[WRITE]} role")
         if project is not None and not identity.sees(project):
             raise ApiError(404, unknown_project(project, self.api.project_names(identity)))
         listed = self.api.store.audit(projects=None if project is None else [project],
