@@ -29,10 +29,12 @@ class Tokens:
     """A daemon serving shop and news, with an operator of shop, a viewer
     of shop and an admin."""
 
-    def __init__(self, test, args=()):
+    def __init__(self, test, args=(), jobs_db=None):
         base = tempfile.mkdtemp(prefix="audit-", dir=os.getcwd())
         self.directory = os.path.join(base, "dir")
-        add = ("add", "--dir", self.directory)
+        table = ("--dir", self.directory) if jobs_db is None else ("--jobs-db", jobs_db)
+        args = tuple(args) + (() if jobs_db is None else ("--jobs-db", jobs_db))
+        add = ("add", *table)
         self.secrets = {
             "oshop": token_command(*add, "oshop", "--role", "operator", "--project", "shop"),
             "vshop": token_command(*add, "vshop", "--role", "viewer", "--project", "shop"),
@@ -150,7 +152,13 @@ class AuditTests(unittest.TestCase):
         self.assertIn(("root", "schedule.json", "news", "n1", 200), rows_of(everything))
 
     def test_kill_9_right_after_a_write_answered_ok_loses_no_audit_row(self):
-        service = Tokens(self)
+        self.kill_9_loses_no_row(Tokens(self))
+
+    def test_kill_9_right_after_a_write_answered_ok_loses_no_audit_row_on_postgresql(self):
+        from . import pg
+        self.kill_9_loses_no_row(Tokens(self, jobs_db=pg.fresh_url(self)))
+
+    def kill_9_loses_no_row(self, service):
         daemon = service.daemon
         answered = []
         for n in range(4):
