@@ -42,7 +42,7 @@ from .web.audit import AuditLog
 from .web.elsewhere import Owners
 from .web.events import EventHub, Events
 from .access.throttle import LoginThrottle
-from .access.tokens import TokenBook, TokenChecker
+from .access.tokens import KdfPool, TokenBook, TokenChecker
 from .web.guard import GuardedResource
 from .web.limits import ConnectionCaps, limit
 from .web.listings import listers
@@ -517,10 +517,9 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
 
 def _tokens(store, reactor, wall):
     """(TokenBook, TokenChecker) of the job table's tokens; the KDF of a
-    check runs in the reactor's thread pool (about 50 ms each)."""
+    check runs in threads of its own (about 50 ms each: access.tokens.KdfPool)."""
     book = TokenBook(store, reactor, wall)
-    checker = TokenChecker(book, reactor, kdf_aside=lambda f, *args: threads.deferToThreadPool(
-        reactor, reactor.getThreadPool(), f, *args))
+    checker = TokenChecker(book, reactor, kdf_aside=KdfPool(reactor))
     return book, checker
 
 
@@ -540,7 +539,9 @@ def _listening(config, reactor, root, tokens=None):
         if reach == PUBLIC and not (config.authenticated or config.insecure_no_auth):
             raise ListenError(exposed_refusal(f"--listen {listener.description}"))
         guard = GuardedResource(root, config.credentials, loopback_only=reach == LOOPBACK,
-                                checkers=config.checkers, tokens=tokens, throttle=throttle)
+                                checkers=config.checkers, tokens=tokens,
+                                may_be_open=reach != PUBLIC or config.insecure_no_auth,
+                                throttle=throttle)
         site = QuietSite(guard, requestFactory=ServeRequest, reactor=reactor)
         site.displayTracebacks = False
         site.log_requests = config.log_level == "debug"

@@ -24,8 +24,12 @@ class CountingStore:
         self.store = store
         self.reads = 0
 
+    down = False
+
     def tokens(self):
         self.reads += 1
+        if self.down:
+            return defer.fail(RuntimeError("the table is out of reach"))
         return self.store.tokens()
 
     def __getattr__(self, name):
@@ -119,6 +123,33 @@ class CheckerTests(unittest.TestCase):
                              cred_error.UnauthorizedLogin)
         self.assertEqual(self.store.reads, 2)
 
+    def test_wrong_secrets_never_push_a_right_one_out_of_memory(self):
+        # Review of issue 26: thousands of wrong secrets (each new) flushed
+        # the verified ones, which then paid the KDF again.
+        secret = self.add()
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        for n in range(tokens.MAX_REMEMBERED_FAILED * 2):
+            self.failureResultOf(self.login(BearerSecret(f"ci.wrong{n}".encode())))
+        runs = len(self.kdf_runs)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.assertEqual(len(self.kdf_runs), runs)
+        self.assertEqual(len(self.checker._failed), tokens.MAX_REMEMBERED_FAILED)
+
+    def test_a_table_out_of_reach_keeps_the_last_tokens_30_s_then_lets_nobody_in(self):
+        # Review of issue 26: a token revoked on another node while this
+        # one cannot read the table kept working here for as long.
+        secret = self.add()
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.store.down = True
+        self.clock.advance(tokens.STALE_FOR - 1)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+        self.clock.advance(2)
+        self.failureResultOf(self.login(BearerSecret(secret.encode())))
+        self.flushLoggedErrors(RuntimeError)
+        self.store.down = False
+        self.clock.advance(tokens.READ_FOR)
+        self.successResultOf(self.login(BearerSecret(secret.encode())))
+
     def test_a_secret_of_no_token_read_has_the_table_read_again_at_most_every_tenth(self):
         self.add("first")
         self.successResultOf(self.book.current())
@@ -175,3 +206,25 @@ class CheckerTests(unittest.TestCase):
         self.assertEqual(len(writes), 2)
         self.assertEqual(self.successResultOf(self.table.get_token("ci")).last_used,
                          self.wall.seconds())
+
+
+class KdfPoolTests(unittest.TestCase):
+    """Review of issue 26: 200 wrong secrets queued 200 KDFs in the
+    reactor's own pool and held a listing's build back 7.6 s. The KDF has
+    threads of its own, and past a few waiting a check is refused at once."""
+
+    def test_past_its_threads_and_waiting_room_a_check_is_refused_at_once(self):
+        from twisted.internet import reactor
+        import threading
+
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        pool = tokens.KdfPool(reactor, threads=1, waiting=2)
+        held = [pool(gate.wait, 10) for _ in range(3)]
+        refused = pool(gate.wait, 10)
+        self.failureResultOf(refused, tokens.KdfBusy)
+        gate.set()
+        done = defer.gatherResults(held)
+        # Room again once they are done.
+        return done.addCallback(lambda _: pool(lambda: "ran")).addCallback(
+            self.assertEqual, "ran")

@@ -289,7 +289,8 @@ class FiringTests(unittest.TestCase):
         # Queued, then the service died before the settle deleted the row.
         changes = self.successResultOf(rig.timetable.queue_job(
             detail, "detail-after-up1", arguments=(("upstream_job", "up1"),), upstream="up1"))
-        self.assertEqual(changes["runs_added"], 1)
+        self.assertEqual(changes["last_job"], "detail-after-up1")
+        self.assertEqual(rig.schedule("detail").runs, 1)  # counted by its insert
         rig = self.restart()
         self.assertEqual(rig.job_ids(), ["detail-after-up1", "up1"])
         self.assertEqual((rig.schedule("detail").runs, rig.owed()), (1, []))

@@ -100,6 +100,10 @@ class TimetableWallTests(unittest.TestCase):
     def rig(self):
         rig = test_timetable.Rig(self, start=1000.0)
         rig.wall = wall_at(DAY)
+        # Jobs are made at the wall clock's time, as the service's Scheduler
+        # makes them (its clock is the wall): a schedule counts a job made
+        # no earlier than itself.
+        rig.submitter.clock = rig.wall
         rig.timetable = Timetable(rig.store, rig.submitter, rig.clock, local_zone="UTC",
                                   on_change=rig.changes.append, wall=rig.wall)
         rig.start()

@@ -519,6 +519,19 @@ class TokenTests(GuardTestCase):
                 self.assertReached(answer, path)
 
     @inlineCallbacks
+    def test_a_public_endpoint_stays_shut_once_its_last_token_is_revoked(self):
+        # Review of issue 26: it started because a token existed; revoking
+        # the last one opened it to everyone, as an admin.
+        guard = GuardedResource(tree(), loopback_only=False, tokens=self.tokens,
+                                may_be_open=False)
+        self.add_token()
+        self.assertUnauthorized((yield self.fetch(guard, b"/listjobs.json")))
+        self.successResultOf(self.table.revoke_token("ci"))
+        self.clock.advance(1)   # read again
+        for path in PATHS:
+            self.assertUnauthorized((yield self.fetch(guard, path)))
+
+    @inlineCallbacks
     def test_malformed_or_wrong_bearer_secrets_are_refused(self):
         guard = GuardedResource(tree(), credentials=CREDENTIALS, tokens=self.tokens)
         self.add_token()

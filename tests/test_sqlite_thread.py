@@ -117,7 +117,7 @@ class ScheduleTableTests(ThreadCase):
                                   rule="1d", tz="UTC", next_due=100.0)
         added = self.store.add_schedule(schedule)
         again = self.store.add_schedule(schedule)
-        changed = self.store.update_schedule("daily", runs_added=1, next_due=200.0)
+        changed = self.store.update_schedule("daily", skipped_added=1, next_due=200.0)
         listed = self.store.schedules("SHOP")
         deleted = self.store.delete_schedule("daily")
         gone = self.store.get_schedule("daily")
@@ -126,7 +126,7 @@ class ScheduleTableTests(ThreadCase):
         self.assertEqual((yield added).name, "Daily")
         yield self.assertFailure(again, DuplicateSchedule)
         updated = yield changed
-        self.assertEqual((updated.runs, updated.next_due), (1, 200.0))
+        self.assertEqual((updated.skipped, updated.next_due), (1, 200.0))
         self.assertEqual([r.name for r in (yield listed)], ["Daily"])
         self.assertEqual((yield deleted).name, "Daily")
         self.assertIsNone((yield gone))

@@ -1199,7 +1199,7 @@ class JobStoreContract:
              lambda s, _: s.delete_schedule("s-del"),
              lambda s: s.add_schedule(schedule("s-del")))
         plan("settle_chain_firing", notices.SCHEDULE, None,
-             lambda s, _: s.settle_chain_firing("s-chain", "n-up", runs_added=1,
+             lambda s, _: s.settle_chain_firing("s-chain", "n-up", skipped_added=1,
                                                 last_job="s-chain-after-n-up"),
              lambda s: s.add_schedule(chain("s-chain", "books", project="chained")).addCallback(
                  lambda _: job_of("n-up", "chained")(s)).addCallback(
@@ -1289,7 +1289,7 @@ class JobStoreContract:
                      lambda: self.store.update_schedule("nosuch", paused=True),
                      lambda: self.store.claim_firing("tick", 999, 10.0, 12.0, 10.0),
                      lambda: self.store.chain_firings(),
-                     lambda: self.store.settle_chain_firing("tick", "a", runs_added=1),
+                     lambda: self.store.settle_chain_firing("tick", "a", skipped_added=1),
                      lambda: self.store.delete_schedule("nosuch")):
             yield call()
         self.assertEqual(self.store.version, version)
@@ -1484,6 +1484,21 @@ class ScheduleStoreContract:
                          " (failed, exit 1)")
 
     @defer.inlineCallbacks
+    def test_a_job_older_than_the_schedule_of_its_name_counts_in_no_streak(self):
+        # A deleted schedule's job ending: the new schedule given its name
+        # (made after the job) owes it nothing, and is not paused by it.
+        yield self.store.add_schedule(schedule("tick", pause_after=1, created=50.0))
+        ended = yield self.end_run("old", "failed")  # created at 1.0
+        self.assertIsNone(ended.paused_schedule)
+        found = yield self.store.get_schedule("tick")
+        self.assertEqual((found.paused, found.failed_in_row), (False, 0))
+        yield self.store.add(replace(self.retrying("new", policy={}, schedule="Tick"),
+                                     created=60.0))
+        ended = yield self.run_and_end("new", 100.0)
+        self.assertEqual((ended.paused_schedule.paused, ended.paused_schedule.failed_in_row),
+                         (True, 1))
+
+    @defer.inlineCallbacks
     def test_without_pause_after_the_streak_is_kept_and_nothing_pauses(self):
         yield self.store.add_schedule(schedule("tick"))
         for n in range(3):
@@ -1517,7 +1532,7 @@ class ScheduleStoreContract:
         added = yield self.store.add_schedule(schedule())
         answers = [added, (yield self.store.get_schedule("tick")),
                    (yield self.store.claim_firing("tick", added.seq, 10.0, 12.0, 10.0)),
-                   (yield self.store.update_schedule("tick", last_job="tick-10", runs_added=1)),
+                   (yield self.store.update_schedule("tick", last_job="tick-10")),
                    (yield self.store.delete_schedule("tick"))]
         for answer in answers:
             self.assertEqual([type(getattr(answer, f)) for f in reals], [float] * 4, answer)
@@ -1534,20 +1549,58 @@ class ScheduleStoreContract:
         yield self.store.delete_schedule("tick")
         new = yield self.store.add_schedule(schedule())
         # A firing of the deleted one must not write into the new one.
-        self.assertIsNone((yield self.store.update_schedule("tick", seq=old.seq, runs_added=1)))
+        self.assertIsNone((yield self.store.update_schedule("tick", seq=old.seq, skipped_added=1)))
         self.assertEqual((yield self.store.get_schedule("tick")), new)
 
     @defer.inlineCallbacks
-    def test_a_job_is_counted_once_however_often_it_is_recorded(self):
-        added = yield self.store.add_schedule(schedule())
-        for _ in range(3):
-            yield self.store.update_schedule("tick", seq=added.seq, last_job="tick-10",
-                                             error=None, runs_added=1)
+    def test_a_schedules_job_is_counted_by_its_insert_once(self):
+        yield self.store.add_schedule(schedule(created=5.0))
+        yield self.store.add_schedule(schedule("other"))
+        version = self.store.version
+        yield self.store.add(replace(record("tick-10", created=6.0), schedule="TICK"))
+        self.assertNotEqual(self.store.version, version)
+        yield self.assertFailure(self.store.add(replace(record("TICK-10", created=7.0),
+                                                        schedule="tick")), DuplicateJob)
+        yield self.store.add(record("plain", created=7.0))
         found = yield self.store.get_schedule("tick")
-        self.assertEqual((found.runs, found.last_job), (1, "tick-10"))
-        yield self.store.update_schedule("tick", last_job="tick-12", runs_added=1)
-        yield self.store.update_schedule("tick", runs_added=1)
-        self.assertEqual((yield self.store.get_schedule("tick")).runs, 3)
+        self.assertEqual((found.runs, (yield self.store.get_schedule("other")).runs), (1, 0))
+        # Recording it (last_job, a firing's) counts nothing more.
+        for _ in range(2):
+            yield self.store.update_schedule("tick", last_job="tick-10", error=None)
+        self.assertEqual((yield self.store.get_schedule("tick")).runs, 1)
+        # Nor does its retry: an attempt is not a run.
+        yield self.store.add(replace(self.retrying("tick-12", policy={"retries": 1,
+                                                                      "backoff": 1}),
+                                     schedule="tick", created=8.0))
+        ended = yield self.run_and_end("tick-12", 10.0)
+        self.assertIsNotNone(ended.retry)
+        self.assertEqual((yield self.store.get_schedule("tick")).runs, 2)
+
+    @defer.inlineCallbacks
+    def test_a_new_priority_is_given_to_the_schedules_pending_jobs_alone(self):
+        yield self.store.add_schedule(schedule("Tick", created=5.0))
+        for jobid, name, created in (("run", "Tick", 6.0), ("wait1", "Tick", 7.0),
+                                     ("wait2", "Tick", 8.0), ("older", "Tick", 1.0),
+                                     ("others", "other", 9.0), ("plain", None, 9.0)):
+            yield self.store.add(replace(record(jobid, created=created), schedule=name))
+        self.assertEqual((yield self.store.claim_next(NODE_A, ["shop"], 10.0)).id, "run")
+        updated = yield self.store.update_schedule("tick", priority=2.5)
+        self.assertEqual(updated.priority, 2.5)
+        found = {}
+        for jobid in ("run", "wait1", "wait2", "older", "others", "plain"):
+            found[jobid] = (yield self.store.get(jobid)).priority
+        self.assertEqual(found, {"run": 0.0, "wait1": 2.5, "wait2": 2.5, "older": 0.0,
+                                 "others": 0.0, "plain": 0.0})
+        # Claims take them first now, in the order queued.
+        self.assertEqual((yield self.store.claim_next(NODE_A, ["shop"], 11.0)).id, "wait1")
+
+    @defer.inlineCallbacks
+    def test_a_job_older_than_the_schedule_of_its_name_is_not_its_run(self):
+        # A deleted schedule's job queued before its namesake was added.
+        yield self.store.add_schedule(schedule(created=50.0))
+        yield self.store.add(replace(record("tick-old", created=40.0), schedule="tick"))
+        yield self.store.add(replace(record("tick-new", created=50.0), schedule="tick"))
+        self.assertEqual((yield self.store.get_schedule("tick")).runs, 1)
 
     @defer.inlineCallbacks
     def test_a_due_time_is_claimed_once(self):
@@ -1698,14 +1751,15 @@ class ScheduleStoreContract:
         for _ in range(2):
             others.append((yield self.open(self.make_second_store)))
         settled = yield defer.gatherResults([
-            s.settle_chain_firing("DETAIL", "a", seq=added.seq, runs_added=1,
+            s.settle_chain_firing("DETAIL", "a", seq=added.seq, buffered_added=1,
                                   last_job="detail-after-a", error=None)
             for s in [self.store] + others])
         won = [r for r in settled if r is not None]
-        self.assertEqual([(r.runs, r.last_job) for r in won], [(1, "detail-after-a")])
+        self.assertEqual([(r.buffered, r.last_job) for r in won], [(1, "detail-after-a")])
         self.assertEqual((yield self.owed()), [])
         found = yield self.store.get_schedule("detail")
-        self.assertEqual((found.runs, found.skipped, found.last_job), (1, 0, "detail-after-a"))
+        self.assertEqual((found.buffered, found.skipped, found.last_job),
+                         (1, 0, "detail-after-a"))
         yield self.assertFailure(self.store.settle_chain_firing("detail", "a", runs=3),
                                  TypeError)
 
@@ -1715,7 +1769,7 @@ class ScheduleStoreContract:
         yield self.end_job("a")
         yield self.end_job("b", end_time=30.0)
         yield self.store.delete_schedule("detail")
-        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", runs_added=1)))
+        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", skipped_added=1)))
         new = yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
         self.assertIsNone((yield self.store.settle_chain_firing("detail", "b", seq=old.seq,
                                                                 skipped_added=1)))
@@ -1734,8 +1788,8 @@ class ScheduleStoreContract:
         # A new chain of its name is owed nothing its namesake was.
         yield self.store.add_schedule(chain("detail", "books", on=("finished",)))
         self.assertEqual((yield self.owed()), [("alert", "a")])
-        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", runs_added=1)))
-        self.assertEqual((yield self.store.get_schedule("detail")).runs, 0)
+        self.assertIsNone((yield self.store.settle_chain_firing("detail", "a", skipped_added=1)))
+        self.assertEqual((yield self.store.get_schedule("detail")).skipped, 0)
 
 
 # A claimer in a process of its own: claims until no job is pending,

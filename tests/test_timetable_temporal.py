@@ -164,12 +164,49 @@ class CancelOtherTests(unittest.TestCase):
         self.assertEqual(states["c-19700101T000200Z"], ("finished", "cancelled"))
         self.assertEqual(states["c-19700101T000300Z"], ("pending", None))
 
+    def test_a_job_that_cannot_be_queued_cancels_nothing(self):
+        for policy in ("cancel_other", "terminate_other"):
+            rig = CancellingRig(self, start=0.0)
+            rig.start()
+            rig.add(name="c", every="1m", overlap=policy)
+            rig.clock.advance(60)
+            running = rig.claim()
+            rig.submitter.refuse = "spider 'books' is gone"
+            rig.clock.advance(60)
+            self.assertEqual(rig.cancels, [], policy)
+            self.assertEqual(self.successResultOf(rig.store.get(running.id)).state, "running")
+            self.assertEqual((rig.schedule("c").error, rig.job_ids()),
+                             ("spider 'books' is gone", [running.id]))
+
     def test_nothing_running_cancels_nothing(self):
         rig = CancellingRig(self, start=0.0)
         rig.start()
         rig.add(name="c", every="1m", overlap="terminate_other")
         rig.run_until(300)
         self.assertEqual((rig.cancels, rig.schedule("c").runs), ([], 5))
+
+
+class SkipLockTests(unittest.TestCase):
+    def test_a_job_queued_under_skip_holds_the_lock_and_a_backfill_waits_for_it(self):
+        rig = CancellingRig(self, start=10 * HOUR)
+        rig.start()
+        rig.add(name="s", every="1h")
+        rig.clock.advance(HOUR)
+        [fired] = rig.jobs()
+        self.assertEqual(fired.locks, (policies.schedule_lock("s"),))
+        self.assertEqual(rig.claim().id, fired.id)
+        self.successResultOf(rig.timetable.backfill("shop", "s", "1970-01-01T08:00:00Z",
+                                                    "1970-01-01T10:00:00Z"))
+        self.assertIsNone(rig.claim())
+        self.successResultOf(rig.store.mark_finished(fired.id, "finished", 11 * HOUR + 5))
+        self.assertEqual(rig.claim().id, "s-19700101T080000Z")
+
+    def test_allow_alone_queues_without_the_lock(self):
+        rig = CancellingRig(self, start=0.0)
+        rig.start()
+        rig.add(name="a", every="1h", overlap="allow")
+        rig.clock.advance(HOUR)
+        self.assertEqual([r.locks for r in rig.jobs()], [()])
 
 
 class EditTests(unittest.TestCase):
@@ -206,6 +243,27 @@ class EditTests(unittest.TestCase):
                                                                        "jitter": "1m"}))
         self.assertEqual((edited.anchor, edited.next_due, edited.pause_after, edited.jitter),
                          (0.0, 600.0, 3, 60.0))
+
+    def test_an_edit_keeps_a_due_time_passed_whose_job_waits_for_its_offset(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="j", every="1h", jitter="30m", overlap="allow", misfire="skip")
+        # Due at 1 h, its job starts 173 s later: 100 s after, it waits.
+        rig.clock.advance(HOUR + 100)
+        edited = self.successResultOf(rig.timetable.edit("shop", "j", {"pause_after": "3"}))
+        self.assertEqual(edited.next_due, HOUR)
+        rig.clock.advance(73)
+        self.assertEqual(rig.job_ids(), ["j-19700101T010000Z"])
+        self.assertEqual(rig.schedule("j").next_due, 2 * HOUR)
+        # A longer jitter (offset 1038 s) makes the due time fired wait
+        # again: the last_due guard fires it once, not twice.
+        edited = self.successResultOf(rig.timetable.edit("shop", "j", {"jitter": "3h"}))
+        self.assertEqual((edited.next_due, edited.last_due), (HOUR, HOUR))
+        rig.clock.advance(1038)
+        self.assertEqual(rig.job_ids(), ["j-19700101T010000Z"])
+        self.assertEqual((rig.schedule("j").next_due, rig.schedule("j").runs), (2 * HOUR, 1))
+        rig.run_until(2 * HOUR + 1038)
+        self.assertEqual(rig.job_ids(), ["j-19700101T010000Z", "j-19700101T020000Z"])
 
     def test_refused_edits_name_the_parameter_and_store_nothing(self):
         rig = Rig(self, start=0.0)
@@ -277,6 +335,9 @@ class ChainEditTests(unittest.TestCase):
             ("detail", {"after": "authors"}, "would make a loop"),
             ("detail", {"on": ("sometimes",)}, "parameter 'on': 'sometimes'"),
             ("detail", {"after": "books", "cron": "0 3 * * *"}, "parameter 'cron'"),
+            ("detail", {"after": "books", "misfire": "skip"}, "parameter 'misfire'"),
+            # A chain has no due times to miss: misfire does not unmake it.
+            ("detail", {"misfire": "skip"}, "parameter 'misfire': schedule 'detail' is a chain"),
             ("detail", {"arguments": (("upstream_job", "x"),)}, "upstream_job"),
             ("nightly", {"on": ("failed",)}, "parameter 'on' is for a chain"),
         ]
@@ -316,8 +377,8 @@ class RacingNodeTests(unittest.TestCase):
     def test_the_job_seen_waiting_is_this_one_counted_once_not_skipped(self):
         for overlap in ("skip", "buffer_one"):
             rig, changes = self.racing(overlap)
-            self.assertEqual(changes, {"runs_added": 1, "last_job": "r-raced", "error": None},
-                             overlap)
+            self.assertEqual(changes, {"last_job": "r-raced", "error": None}, overlap)
+            self.assertEqual(rig.schedule("r").runs, 1, overlap)
             self.assertEqual(rig.job_ids(), ["r-raced"])
 
     def test_cancel_other_does_not_cancel_the_job_it_is_making(self):
@@ -333,8 +394,8 @@ class RunNowTests(unittest.TestCase):
         rig.start()
         rig.add(name="n", every="1h")
         record, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "n"))
-        self.assertEqual((jobid, changes.get("runs_added"), record.runs),
-                         ("n-19700101T001640Z", 1, 1))
+        self.assertEqual((jobid, changes.get("queued"), record.runs),
+                         ("n-19700101T001640Z", True, 1))
         self.assertEqual(rig.job_ids(), ["n-19700101T001640Z"])
         rig.clock.advance(5)
         record, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "n"))
@@ -377,6 +438,9 @@ class BackfillTests(unittest.TestCase):
         for start, end, word in (("1970-01-01T09:00:00Z", "1970-01-01T08:00:00Z", "'to'"),
                                  ("1970-01-01T08:00:00Z", "1970-01-01T08:00:00Z", "'to'"),
                                  ("1970-01-01T07:00:00Z", "1970-01-01T09:00:00Z", "100"),
+                                 # Due times to come are the timer's.
+                                 ("1970-01-01T09:59:00Z", "1970-01-01T10:00:01Z",
+                                  "parameter 'to': '1970-01-01T10:00:01Z' is later than now"),
                                  ("yesterday", "1970-01-01T09:00:00Z", "'from'")):
             failure = self.failureResultOf(rig.timetable.backfill("shop", "bf", start, end),
                                            ScheduleRefused)
@@ -384,6 +448,84 @@ class BackfillTests(unittest.TestCase):
         self.assertEqual((rig.jobs(), rig.schedule("bf").runs), ([], 0))
         self.failureResultOf(rig.timetable.backfill("shop", "nosuch", "1970-01-01T07:00:00Z",
                                                     "1970-01-01T09:00:00Z"), UnknownSchedule)
+
+
+    def test_a_chain_is_refused_it_has_no_due_times(self):
+        from .test_chains import ChainRig
+        rig = ChainRig(self, os.path.abspath(self.mktemp()))
+        rig.start()
+        rig.add(name="detail", spider="details", after="books")
+        failure = self.failureResultOf(rig.timetable.backfill(
+            "shop", "detail", "1970-01-01T07:00:00Z", "1970-01-01T09:00:00Z"), ScheduleRefused)
+        self.assertIn("schedule 'detail' is a chain (after=books)", failure.value.message)
+        self.assertIn("no due times to backfill", failure.value.message)
+        self.assertEqual(rig.jobs(), [])
+
+
+class RunCountTests(unittest.TestCase):
+    """Each job a schedule queues is counted once, by the insert that
+    queues it, whatever queued it and wherever that stopped."""
+
+    def test_a_backfill_of_a_skipped_due_time_then_a_restart_counts_each_job_once(self):
+        path = os.path.join(self.mktemp() + ".db")
+        rig = Rig(self, start=0.0, path=path)
+        rig.start()
+        rig.add(name="s", every="1h")
+        rig.clock.advance(HOUR)
+        rig.clock.advance(HOUR)  # skipped: the first job still waits
+        rig.finish_all()
+        self.assertEqual((rig.schedule("s").runs, rig.schedule("s").skipped), (1, 1))
+        rig.clock.advance(600)
+        record, queued, _ = self.successResultOf(rig.timetable.backfill(
+            "shop", "s", "1970-01-01T02:00:00Z", "1970-01-01T02:10:00Z"))
+        self.assertEqual((queued, record.runs), (["s-19700101T020000Z"], 2))
+        rig.timetable.stop()
+        self.successResultOf(rig.store.close())
+        rig.store = SQLiteJobStore(path, rig.clock)
+        rig.timetable = rig.new_timetable()
+        rig.start()
+        self.assertEqual((rig.schedule("s").runs, len(rig.jobs())), (2, 2))
+
+    def test_a_run_now_in_a_jittered_due_second_is_its_firings_job_counted_once(self):
+        rig = Rig(self, start=0.0)
+        rig.start()
+        rig.add(name="j", every="1h", jitter="30m", overlap="allow")
+        rig.clock.advance(HOUR)
+        _, jobid, changes = self.successResultOf(rig.timetable.run_now("shop", "j"))
+        rig.clock.advance(173)  # the firing, its offset later, finds it queued
+        record = rig.schedule("j")
+        self.assertEqual((record.runs, record.last_job, rig.job_ids()),
+                         (1, "j-19700101T010000Z", ["j-19700101T010000Z"]))
+        self.assertEqual((jobid, changes.get("queued")), ("j-19700101T010000Z", True))
+
+    def test_a_backfill_stopped_part_way_counts_the_jobs_it_queued(self):
+        rig = Rig(self, start=10 * HOUR)
+        rig.start()
+        rig.add(name="bf", every="1h")
+        real_submit, calls = rig.submitter.submit, []
+
+        def submit(request):
+            calls.append(request.jobid)
+            if len(calls) == 3:
+                rig.submitter.refuse = "spider 'books' is gone"
+            return real_submit(request)
+
+        self.patch(rig.submitter, "submit", submit)
+        failure = self.failureResultOf(rig.timetable.backfill(
+            "shop", "bf", "1970-01-01T05:00:00Z", "1970-01-01T09:00:00Z"), ScheduleRefused)
+        self.assertIn("(2 queued before it)", failure.value.message)
+        record = rig.schedule("bf")
+        self.assertEqual((record.runs, record.buffered, len(rig.jobs())), (2, 1, 2))
+
+    def test_a_backfill_behind_a_job_counts_its_jobs_buffered(self):
+        rig = Rig(self, start=10 * HOUR)
+        rig.start()
+        rig.add(name="bf", every="1h")
+        rig.clock.advance(HOUR)  # its job waits
+        record, queued, _ = self.successResultOf(rig.timetable.backfill(
+            "shop", "bf", "1970-01-01T07:00:00Z", "1970-01-01T10:00:00Z"))
+        self.assertEqual((len(queued), record.runs, record.buffered), (3, 4, 3))
+        self.assertEqual(rig.schedule("bf"), record)
 
 
 class PauseNoteTests(unittest.TestCase):

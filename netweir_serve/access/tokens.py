@@ -44,6 +44,10 @@ SECRET_BYTES = 32
 VERIFIED_FOR = 60.0
 # How long the tokens read from the table are trusted without reading again.
 READ_FOR = 1.0
+# How long the last tokens read stand while the table cannot be read again
+# (a connection down): past it, requests are refused rather than a token
+# revoked meanwhile elsewhere still let in.
+STALE_FOR = 30.0
 # A secret that matches no token read at least this long ago has the table
 # read again at once (a token added, or rotated, by another process a
 # moment ago works at once), and is checked again.
@@ -53,6 +57,7 @@ USE_RECORDED_EVERY = 60.0
 # Checks remembered at most (the oldest forgotten first): wrong secrets
 # sent by the thousand cost memory no more than this.
 MAX_REMEMBERED = 4096
+MAX_REMEMBERED_FAILED = 1024
 
 
 def new_secret(name):
@@ -113,6 +118,7 @@ class TokenBook:
         self._wall = wall
         self._tokens = None          # {folded name: TokenRecord} once read
         self._read_at = None
+        self._good_at = None         # clock time of the last read that worked
         self._waiting = []           # Deferreds of the read under way
         self._recorded = {}          # {folded name: clock time of the last write}
         on_notice = getattr(store, "on_notice", None)
@@ -140,14 +146,21 @@ class TokenBook:
 
     def _read(self, result, started):
         if isinstance(result, Failure):
+            stale = self._good_at is None or started - self._good_at > STALE_FOR
             if self._tokens is None:
                 log.failure("the tokens could not be read", result)
+            elif stale:
+                # A token revoked meanwhile on another node must not work on
+                # here for as long as the table is out of reach: shut.
+                log.failure(f"the tokens could not be read again, and the last read is"
+                            f" over {STALE_FOR:g} s old: requests are refused until they"
+                            " can be read", result)
             else:
                 log.failure("the tokens could not be read again; the last read stands", result)
                 result = self._tokens
         else:
             result = self._tokens = {fold(t.name): t for t in result}
-            self._read_at = started
+            self._read_at = self._good_at = started
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             # (Each waiter gets a Failure of its own: one handled by one
@@ -215,6 +228,9 @@ class TokenChecker:
         self._kdf_aside = kdf_aside or (lambda f, *args: defer.maybeDeferred(f, *args))
         self._key = secrets.token_bytes(32)
         self._checked = OrderedDict()    # {(secret's HMAC, hash): (matched, clock time)}
+        # Wrong secrets apart, in less room: a stream of them (each new)
+        # never pushes a right one out, which would cost it the KDF again.
+        self._failed = OrderedDict()
 
     def requestAvatarId(self, credentials):
         if IBearerSecret.providedBy(credentials):
@@ -262,20 +278,62 @@ class TokenChecker:
         return False
 
     def _remembered(self, mark, stored):
-        found = self._checked.get((mark, stored))
-        if found is None:
-            return None
-        matched, at = found
-        if self._clock.seconds() - at >= VERIFIED_FOR:
-            del self._checked[(mark, stored)]
-            return None
-        return matched
+        for memory in (self._checked, self._failed):
+            found = memory.get((mark, stored))
+            if found is None:
+                continue
+            matched, at = found
+            if self._clock.seconds() - at >= VERIFIED_FOR:
+                del memory[(mark, stored)]
+                return None
+            return matched
+        return None
 
     def _remember(self, mark, stored, matched):
-        self._checked[(mark, stored)] = (matched, self._clock.seconds())
-        self._checked.move_to_end((mark, stored))
-        while len(self._checked) > MAX_REMEMBERED:
-            self._checked.popitem(last=False)
+        memory, room = ((self._checked, MAX_REMEMBERED) if matched
+                        else (self._failed, MAX_REMEMBERED_FAILED))
+        memory[(mark, stored)] = (matched, self._clock.seconds())
+        memory.move_to_end((mark, stored))
+        while len(memory) > room:
+            memory.popitem(last=False)
+
+
+class KdfBusy(Exception):
+    """Too many secrets wait for the KDF: the check is refused at once."""
+
+
+class KdfPool:
+    """Runs the KDF of token checks in threads of its own (``threads``),
+    with at most ``waiting`` more waiting: a flood of wrong secrets (each
+    new, so each a KDF) then costs its senders a refusal (KdfBusy), not
+    every other client a slower service; the reactor's own pool, which
+    builds listings and reconnects the database, is left alone."""
+
+    def __init__(self, reactor, threads=2, waiting=32):
+        self._reactor = reactor
+        self._threads = threads
+        self._most = threads + waiting
+        self._busy = 0
+        self._pool = None
+
+    def __call__(self, function, *args):
+        if self._busy >= self._most:
+            return defer.fail(KdfBusy())
+        if self._pool is None:
+            from twisted.python.threadpool import ThreadPool
+
+            self._pool = ThreadPool(1, self._threads, name="netweir-serve-kdf")
+            self._pool.start()
+            self._reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)
+        self._busy += 1
+        from twisted.internet import threads
+
+        d = threads.deferToThreadPool(self._reactor, self._pool, function, *args)
+        return d.addBoth(self._done)
+
+    def _done(self, result):
+        self._busy -= 1
+        return result
 
 
 def tokens_exist(directory, jobs_db=None):

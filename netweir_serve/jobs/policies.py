@@ -39,5 +39,6 @@ def path_locks(project, data_dir, settings):
 
 
 def schedule_lock(name):
-    """The lock every job of an ``overlap=queue`` schedule holds."""
+    """The lock every job a schedule queues holds, unless its overlap is
+    ``allow`` (schedules.overlap)."""
     return f"{SCHEDULE}:{fold(name)}"

@@ -63,12 +63,15 @@ EDITABLE = RULE_KEYS + CHAIN_KEYS + tuple(FIELD_PARSERS)
 TEXT_PARAMETERS = RULE_KEYS + ("overlap", "misfire", "jitter", "pause_after")
 
 
-def rule_changes(record, given, now, rule_of_record):
+def rule_changes(record, given, now, rule_of_record, jitter=None):
     """The columns ``cron``, ``every`` and ``tz`` in ``given`` set, the
     next due time computed afresh from ``now``: a new rule starts a new
     grid (its anchor ``now``, as if added now); the same rule in another
-    zone, or no rule given, keeps the anchor. A RuleError names what is
-    wrong."""
+    zone, or no rule given, keeps the anchor, and the next due time is the
+    first whose job has not started by ``now`` (with ``jitter``, the
+    schedule's as edited, a due time passed whose job waits for its offset
+    stays next: the firing's ``last_due`` guard keeps one fired from firing
+    again). A RuleError names what is wrong."""
     if given.get("cron") is not None or given.get("every") is not None:
         rule = times.rule_of(cron=given.get("cron"), every=given.get("every"),
                              tz=given.get("tz") or record.tz)
@@ -85,7 +88,9 @@ def rule_changes(record, given, now, rule_of_record):
         anchor = changes["anchor"] = float(math.floor(now))
         changes["next_due"] = rule.first_due(anchor)
     else:
-        changes["next_due"] = rule.next_after(now, anchor)
+        jitter = record.jitter if jitter is None else jitter
+        started = now - times.jitter_offset(record.name, jitter)
+        changes["next_due"] = rule.next_after(started, anchor)
     return changes
 
 
@@ -95,12 +100,19 @@ def chain_changes(record, given):
     names it as stored), or a chain's ends changed. A schedule made a chain
     has no due times; ``on`` alone is for a chain. A RuleError names what
     is wrong."""
-    clock = [key for key in ("cron", "every", "misfire") if given.get(key) is not None]
-    if given.get("after") is not None and clock:
-        raise times.RuleError(f"parameter {clock[0]!r}: a chain (after=) runs when its"
+    clock = [key for key in ("cron", "every") if given.get(key) is not None]
+    timed = clock + (["misfire"] if given.get("misfire") is not None else [])
+    if given.get("after") is not None and timed:
+        raise times.RuleError(f"parameter {timed[0]!r}: a chain (after=) runs when its"
                               " upstream's jobs end, not at times: give one of them")
     changes = {}
     is_chain = record.kind == CHAIN_KIND and not clock
+    if is_chain and given.get("misfire") is not None:
+        # misfire says what to do with due times missed: a chain has none,
+        # and it stays a chain (only cron or every make it run by times).
+        raise times.RuleError(f"parameter 'misfire': schedule {record.name!r} is a chain"
+                              " (after=): it has no due times to miss; give cron or every"
+                              " with it to run it by the clock")
     if given.get("after") is not None:
         if not given["after"]:
             raise times.RuleError("parameter 'after' is empty")
@@ -143,5 +155,6 @@ def edit_changes(record, given, now, rule_of_record):
         return changes
     changes.update(chained)
     if record.kind in ("cron", "every") or any(given.get(k) is not None for k in RULE_KEYS):
-        changes.update(rule_changes(record, given, now, rule_of_record))
+        changes.update(rule_changes(record, given, now, rule_of_record,
+                                    changes.get("jitter")))
     return changes

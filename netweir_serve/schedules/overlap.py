@@ -18,7 +18,11 @@ which is Temporal's default, and ``allow``, its ALLOW_ALL):
 
 "Waits behind" is the schedule's lock (jobs.policies.schedule_lock): a
 pending job holding it does not start while another job holding it runs,
-and pending jobs leave the queue in order.
+and pending jobs leave the queue in order. Every job a schedule queues
+holds it, whatever its policy, except under ``allow``: a job queued under
+``skip`` (nothing else of the schedule was waiting or running then) holds
+it too, so the jobs queued after it (a backfill's, a run asked now, a
+firing after an edit to another policy) wait for it to end.
 """
 
 from dataclasses import dataclass
@@ -47,7 +51,7 @@ def plan_for(overlap, pending, running):
     ``pending`` of its jobs wait and ``running`` run."""
     busy = pending + running > 0
     if overlap == "skip":
-        return OverlapPlan(skip=busy)
+        return OverlapPlan(skip=busy, locked=True)
     if overlap in QUEUE_LIKE and pending:
         return OverlapPlan(skip=True)
     if overlap in ("cancel_other", "terminate_other"):

@@ -202,11 +202,12 @@ class Timetable:
 
     @defer.inlineCallbacks
     def _count_unrecorded_job(self, record):
-        # A service killed between queueing a firing's job and counting it
-        # left the job of ``last_due`` (the due time its firing took)
-        # uncounted: count it. (A table written before firings took their
-        # due time first shows such a job as that of ``next_due``, not
-        # taken: take that due time as fired too.)
+        # A service killed between queueing a firing's job and recording it
+        # left the job of ``last_due`` (the due time its firing took) out of
+        # ``last_job`` (its insert counted it in ``runs``): record it. (A
+        # table written before firings took their due time first shows such
+        # a job as that of ``next_due``, not taken: take that due time as
+        # fired too.)
         for due in (record.last_due, record.next_due):
             if due is None:
                 continue
@@ -219,7 +220,7 @@ class Timetable:
                 record = yield self._store.claim_firing(record.name, record.seq, due,
                                                         upcoming, due)
             if record is not None:
-                yield self._update(record, last_job=jobid, error=None, runs_added=1)
+                yield self._update(record, last_job=jobid, error=None)
             return
 
     def reload(self):
@@ -400,7 +401,7 @@ class Timetable:
         self._keep(claimed, announce=False)
         changes = {} if due is None else (yield self._queue(claimed, due))
         grace = 0.0 if decide is times.catch_up else times.GRACE
-        if due is not None and changes.get("runs_added") and now - due > grace:
+        if due is not None and changes.get("last_job") and now - due > grace:
             # A run made up for (misfire=once), at start or after a long stall.
             changes["caught_up_added"] = 1
         if changes:
@@ -430,10 +431,12 @@ class Timetable:
         a run asked now, a chain's), as its overlap policy allows, with
         ``arguments`` (pairs) after the schedule's own and, for a chain's,
         the ``upstream`` job that owes it. Fires with the schedule's
-        changes (for ``update_schedule``): a job counted once, a skip, or
-        the error that queued nothing. The id is the duplicate guard: a job
-        of that id queued before (a restart, another node) is not queued
-        again, and is counted once. ``overlap`` in place of the schedule's
+        changes (for ``update_schedule``): the job as its ``last_job`` (and
+        ``buffered_added`` when it waits behind another), a skip, or the
+        error that queued nothing; the job is counted in ``runs`` by the
+        insert that queues it (IJobStore.add), never here. The id is the
+        duplicate guard: a job of that id queued before (a restart, another
+        node) is not queued again. ``overlap`` in place of the schedule's
         own (a backfill's buffer_all); schedules.overlap says what each
         does. With ``current`` (a firing's), nothing is queued once the
         schedule is paused or deleted meanwhile; a run asked by name (now,
@@ -451,28 +454,31 @@ class Timetable:
                           " still {state}", name=record.name, jobid=jobid,
                           state="pending" if pending else "running")
             return {"skipped_added": 1}
-        if plan.cancel:
-            if not self._may_queue(record, current):
-                return {}
-            yield self._cancel_others(record, jobid, plan.kill)
         request = JobRequest(
             project=record.project, spider=record.spider, settings=record.settings,
             arguments=tuple(record.arguments) + tuple(arguments), jobid=jobid,
             priority=record.priority, schedule=record.name,
             schedule_locks=(policies.schedule_lock(record.name),) if plan.locked else (),
             policy=JobPolicy.from_json(record.policy), upstream=upstream)
-        if not self._may_queue(record, current):
-            return {}  # deleted or paused while its firing was looked at
         try:
+            if plan.cancel:
+                if not self._may_queue(record, current):
+                    return {}
+                # The new job checked first: one that cannot be queued (the
+                # spider gone, say) must not cost the running one its run.
+                yield self._submitter.check(request)
+                yield self._cancel_others(record, jobid, plan.kill)
+            if not self._may_queue(record, current):
+                return {}  # deleted or paused while its firing was looked at
             job = yield self._submitter.submit(request)
         except DuplicateJob:
-            return {"runs_added": 1, "last_job": jobid, "error": None}
+            return {"last_job": jobid, "error": None}
         except SubmitRefused as e:
             self.log.warn("schedule {name}: queued no job {jobid}: {why}",
                           name=record.name, jobid=jobid, why=e.message)
             return {"error": e.message}
         self.log.info("schedule {name} queued job {jobid}", name=record.name, jobid=job.id)
-        changes = {"runs_added": 1, "last_job": job.id, "error": None}
+        changes = {"last_job": job.id, "error": None}
         if plan.buffered:
             changes["buffered_added"] = 1
         return changes
@@ -480,10 +486,10 @@ class Timetable:
     @staticmethod
     def _queued_before(record, jobid):
         # Queued before a restart (or by another node): not again, and
-        # counted once.
+        # counted already (by its insert).
         if record.last_job == jobid:
             return {}
-        return {"runs_added": 1, "last_job": jobid, "error": None}
+        return {"last_job": jobid, "error": None}
 
     def _may_queue(self, record, current):
         # A run asked by name (now, a backfill) read the schedule from the
@@ -748,8 +754,8 @@ class Timetable:
         overlap applies), named after the current time
         (``NAME-YYYYMMDDTHHMMSSZ``); a paused schedule runs too (asked by
         name). Fires with ``(record, jobid, changes)``: the job's id and
-        what happened (``runs_added``, ``skipped_added``, or ``error``: why
-        no job could be queued, with nothing written)."""
+        what happened (``queued``: True, ``skipped_added``, or ``error``:
+        why no job could be queued, with nothing written)."""
         record = yield self._own(project, name)
         jobid = times.job_id_for(record.name, self._wall.seconds())
         if (yield self._store.get(jobid)) is not None:
@@ -759,11 +765,11 @@ class Timetable:
             # Refused (the spider is gone, say): the caller hears why, and
             # the schedule's own error stays its firings'.
             return record, jobid, changes
-        # Not its last_job: that is its last firing's (a restart counts a
+        # Not its last_job: that is its last firing's (a restart records a
         # firing's job by it).
-        changes.pop("last_job", None)
+        queued = changes.pop("last_job", None) is not None
         updated = (yield self._update(record, **changes)) if changes else record
-        return (updated or record), jobid, changes
+        return (updated or record), jobid, dict(changes, queued=True) if queued else changes
 
     @defer.inlineCallbacks
     def backfill(self, project, name, start_text, end_text):
@@ -776,9 +782,14 @@ class Timetable:
         schedule's own): they run one after another, oldest first, after
         any job of it already waiting or running. Fires with ``(record,
         queued, already)``: the ids queued, and the due times whose job
-        existed. ScheduleRefused for a reversed range or more than
-        MAX_BACKFILL due times; nothing is queued then."""
+        existed. ScheduleRefused for a reversed range, one ending later
+        than now, more than MAX_BACKFILL due times, or a chain (it has no
+        due times); nothing is queued then."""
         record = yield self._own(project, name)
+        if record.kind == chains.CHAIN_KIND:
+            raise ScheduleRefused(f"schedule {record.name!r} is a chain (after="
+                                  f"{record.rule}): it runs when its upstream's jobs end and"
+                                  " has no due times to backfill")
         zone = self.zone_of(record)
         try:
             start = times.parse_instant("from", start_text, zone)
@@ -788,6 +799,11 @@ class Timetable:
         if end <= start:
             raise ScheduleRefused(f"parameter 'to': {end_text!r} is not later than 'from'"
                                   f" {start_text!r} (the range is [from, to))")
+        if end > self._wall.seconds():
+            # The due times to come are the timer's: backfilled, their jobs
+            # would run at once, and their firings count them again.
+            raise ScheduleRefused(f"parameter 'to': {end_text!r} is later than now: a"
+                                  " backfill is for due times passed")
         try:
             rule = rule_of_record(record)
         except times.RuleError as e:
@@ -798,7 +814,7 @@ class Timetable:
             raise ScheduleRefused(
                 f"parameter 'to': the range holds more than {MAX_BACKFILL} due times;"
                 " backfill it in parts")
-        queued, already, runs = [], [], 0
+        queued, already, buffered = [], [], 0
         for due in dues:
             jobid = times.job_id_for(record.name, due)
             if (yield self._store.get(jobid)) is not None:
@@ -806,15 +822,20 @@ class Timetable:
                 continue
             changes = yield self.queue_job(record, jobid, overlap="buffer_all", current=False)
             if changes.get("error"):
+                # The jobs queued before it stay (each counted by its
+                # insert): so do their buffered counts.
+                if buffered:
+                    yield self._update(record, buffered_added=buffered)
                 raise ScheduleRefused(f"backfill stopped at {jobid}: {changes['error']}"
                                       + (f" ({len(queued)} queued before it)" if queued
                                          else ""))
-            if changes.get("runs_added"):
+            if changes.get("last_job"):
                 queued.append(jobid)
-                runs += 1
+                buffered += changes.get("buffered_added", 0)
         updated = record
-        if runs:
-            updated = (yield self._update(record, runs_added=runs)) or record
+        if queued:
+            # Read back with the runs their inserts counted.
+            updated = (yield self._update(record, buffered_added=buffered)) or record
         self.log.info("schedule {name}: backfilled {n} job(s), {m} due time(s) queued before",
                       name=record.name, n=len(queued), m=len(already))
         return updated, queued, already

@@ -54,6 +54,10 @@ class IJobStore(Interface):
     def add(record):
         """Adds a pending job (durably: it survives a power cut once the
         Deferred fires). Fails with DuplicateJob if its id (any case) exists.
+        A job with ``schedule`` set adds 1 to that schedule's ``runs`` in the
+        same transaction (the schedule of that name, any case, created no
+        later than the job: a schedule added again under a deleted one's
+        name does not count its jobs); a retry an end queues is not counted.
         Fires with the stored record."""
 
     def get(jobid):
@@ -181,8 +185,8 @@ class IScheduleStore(Interface):
     A due time is fired once, however many timetables (nodes) share the
     table: a firing first takes its due time with ``claim_firing``, one
     guarded write, and only the one that won checks the spider, queues the
-    job and counts it (``update_schedule``). A job is counted once: a
-    ``last_job`` recorded again adds nothing to ``runs``."""
+    job (``IJobStore.add`` counts it in ``runs``, in the insert's
+    transaction) and records it (``update_schedule``)."""
 
     def add_schedule(record):
         """Adds a schedule; fails with DuplicateSchedule. Fires with the record."""
@@ -203,15 +207,16 @@ class IScheduleStore(Interface):
         took it (it alone fires ``due``), or None when another firing (a
         node's) took it first or the schedule changed meanwhile."""
 
-    def update_schedule(name, seq=None, runs_added=0, skipped_added=0, buffered_added=0,
+    def update_schedule(name, seq=None, skipped_added=0, buffered_added=0,
                         caught_up_added=0, **changes):
         """Sets the fields ``changes`` names (columns.SCHEDULE_SETTABLE: a
-        firing's, a pause's, an edit's) and adds ``runs_added``,
-        ``skipped_added``, ``buffered_added`` and ``caught_up_added`` to the
-        counts, of the schedule ``name`` (and, given, ``seq``: not a later
-        one of the same name); with ``last_job`` the same as the stored one,
-        ``runs_added`` adds nothing (that job was counted). Fires with the
-        new record, or None if there is none."""
+        firing's, a pause's, an edit's) and adds ``skipped_added``,
+        ``buffered_added`` and ``caught_up_added`` to the counts, of the
+        schedule ``name`` (and, given, ``seq``: not a later one of the same
+        name). ``runs`` is not among them: IJobStore.add counts each job.
+        A new ``priority`` is given, in the same transaction, to the
+        schedule's pending jobs (those queued since it was added). Fires
+        with the new record, or None if there is none."""
 
     def delete_schedule(name):
         """Forgets the schedule and the chain firings it was owed (in one
@@ -227,12 +232,11 @@ class IScheduleStore(Interface):
         matches, in the transaction of the end, once: an end that queues a
         retry writes none, and no end writes one twice."""
 
-    def settle_chain_firing(name, upstream, seq=None, runs_added=0, skipped_added=0,
-                            **changes):
+    def settle_chain_firing(name, upstream, seq=None, skipped_added=0, **changes):
         """Deletes the firing of schedule ``name`` owed for job ``upstream``
         and, in the same transaction and only if it was still there, makes
         the changes ``update_schedule`` would make: whoever settles a
-        firing first counts its job, and a second settling (another node,
+        firing first records it, and a second settling (another node,
         a restart) changes nothing. Fires with the new record, or None when
         the firing was gone (or the schedule is)."""
 

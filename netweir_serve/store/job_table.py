@@ -25,7 +25,7 @@ from ..names import fold
 from .columns import (
     JOB_FIELDS, POLICY_FIELDS, TALLY, claim_candidates, columns_of, dump_json, record_of,
     select_list, without)
-from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, STARTED
+from .notices import CANCEL, CLAIMED, ENDED, PRUNED, QUEUED, SCHEDULE, STARTED
 from .records import (
     CANCELLED_BY_USER, FINISHED, FINISHED_OUTCOME, LOST, OUTCOMES, PENDING, RUNNING, DuplicateJob, JobRecord)
 from .retrying import retry_after
@@ -62,6 +62,13 @@ _INSERT = (f"INSERT INTO jobs (key, project_key, {select_list(_NAMES.inserted)})
            f" VALUES (%(key)s, %(project_key)s,"
            f" {', '.join(f'%({c.name})s' for c in _NAMES.inserted)})")
 _ADD = f"{_INSERT} RETURNING seq"
+# A schedule's job counted in its ``runs`` by the insert that queues it, so
+# no job is counted twice or left out whatever queued it (a firing, a run
+# asked now, a backfill, a chain) and wherever that stopped: the schedule of
+# its name made no later than the job (a schedule deleted and added again
+# does not count its predecessor's jobs). A retry (_ADD_RETRY) is not a run.
+_COUNT_RUN = ("UPDATE schedules SET runs = runs + 1 WHERE key = %(key)s"
+              " AND created <= %(created)s RETURNING seq")
 # A retry's id taken already (a job a user named JOBID.r1 with jobid=)
 # must not undo the end it is written with: that end queues no retry.
 _ADD_RETRY = f"{_INSERT} ON CONFLICT (key) DO NOTHING RETURNING seq"
@@ -243,6 +250,9 @@ class JobTable:
             except self._name_taken:
                 raise DuplicateJob(record.id) from None
             tx.changed(QUEUED, record.id)
+            if record.schedule is not None and tx.one(_COUNT_RUN, {
+                    "key": fold(record.schedule), "created": record.created}) is not None:
+                tx.changed(SCHEDULE)
             return replace(record, seq=seq)
 
         return self._write_statements(insert)

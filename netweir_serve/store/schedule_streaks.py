@@ -23,6 +23,8 @@ from .schedule_table import SCHEDULE_SELECT
 FAILED_OUTCOME = "failed"
 FINISHED_OUTCOME = "finished"
 DEGRADED = "degraded"
+# The schedule of a job's: of its name, and made no later than the job.
+_ITS = "created <= %(created)s"
 
 
 def verdict(record):
@@ -53,16 +55,18 @@ def counted(tx, record, columns, schedule_of):
     judged = verdict(record) if record.schedule else None
     if judged is None:
         return record
-    key = {"key": fold(record.schedule)}
+    # Its schedule, not a later one given its name: a schedule made after
+    # the job was (the old one deleted) owes it nothing.
+    key = {"key": fold(record.schedule), "created": record.created}
     if judged == "good":
         # Only a streak under way is written: a healthy run after healthy
         # runs changes nothing, and moves no version.
         if tx.one("UPDATE schedules SET failed_in_row = 0 WHERE key = %(key)s"
-                  " AND failed_in_row != 0 RETURNING seq", key) is not None:
+                  f" AND {_ITS} AND failed_in_row != 0 RETURNING seq", key) is not None:
             tx.changed(SCHEDULE)
         return record
     row = tx.one("UPDATE schedules SET failed_in_row = failed_in_row + 1 WHERE key = %(key)s"
-                 " RETURNING failed_in_row, pause_after", key)
+                 f" AND {_ITS} RETURNING failed_in_row, pause_after", key)
     if row is None:
         return record  # its schedule was deleted
     tx.changed(SCHEDULE)
@@ -72,7 +76,7 @@ def counted(tx, record, columns, schedule_of):
     # Guarded: of two ends written at once (two nodes), one pauses it.
     paused = tx.one(
         "UPDATE schedules SET paused = %(yes)s, note = %(note)s WHERE key = %(key)s"
-        f" AND NOT paused RETURNING {SCHEDULE_SELECT}",
+        f" AND {_ITS} AND NOT paused RETURNING {SCHEDULE_SELECT}",
         {**key, "yes": {c.name: c for c in columns}["paused"].to_db(True),
          "note": pause_note(streak, record)})
     if paused is None:

@@ -34,6 +34,12 @@ _INSERTED = tuple(name for name in _NAMES if name != "seq")
 _INSERT = (f"INSERT INTO schedules (key, project_key, {', '.join(_INSERTED)})"
            f" VALUES (%(key)s, %(project_key)s, {', '.join(f'%({n})s' for n in _INSERTED)})"
            f" RETURNING {_SELECT}")
+# A schedule's jobs waiting take its new priority: claims take jobs by
+# priority, then seq, so its buffered jobs keep leaving the queue in the
+# order queued, and with the others' as the edit says. Its own jobs alone:
+# not those of a deleted schedule of its name (queued before it was made).
+_REPRIORITISED = ("UPDATE jobs SET priority = %(priority)s WHERE schedule = %(name)s"
+                  " AND state = 'pending' AND created >= %(created)s RETURNING seq")
 # With ``seq``: only that schedule, not a new one given its name since.
 _WHOSE = "key = %(key)s AND (CAST(%(seq)s AS BIGINT) IS NULL OR seq = %(seq)s)"
 
@@ -77,16 +83,24 @@ class ScheduleTable:
             f"SELECT {_SELECT} FROM schedules {where} ORDER BY seq",
             {"project": None if project is None else fold(project)})])
 
-    def update_schedule(self, name, seq=None, runs_added=0, skipped_added=0, buffered_added=0,
+    def update_schedule(self, name, seq=None, skipped_added=0, buffered_added=0,
                         caught_up_added=0, **changes):
         try:
             statement, values = self._update(
-                name, seq, runs_added, (skipped_added, buffered_added, caught_up_added), changes)
+                name, seq, (skipped_added, buffered_added, caught_up_added), changes)
         except TypeError as e:
             return defer.fail(e)
-        return self._write_statements(lambda tx: self._changed(tx, tx.one(statement, values)))
 
-    def _update(self, name, seq, runs_added, counts_added, changes):
+        def update(tx):
+            updated = self._changed(tx, tx.one(statement, values))
+            if updated is not None and "priority" in changes:
+                tx.all(_REPRIORITISED, {"priority": values["set_priority"],
+                                        "name": updated.name, "created": updated.created})
+            return updated
+
+        return self._write_statements(update)
+
+    def _update(self, name, seq, counts_added, changes):
         """(statement, values) of update_schedule (``counts_added`` those
         of SCHEDULE_COUNTS, in order); TypeError for a field it may not set."""
         added = dict(zip(SCHEDULE_COUNTS, counts_added))
@@ -96,15 +110,10 @@ class ScheduleTable:
         columns = {c.name: c for c in self._schedule_columns}
         values = {f"set_{key}": columns[key].to_db(value) for key, value in changes.items()}
         assignments = [f"{key} = %(set_{key})s" for key in changes]
-        # A job is counted once (IScheduleStore): the same last_job again
-        # adds no run. (A last_job is a job's id, never None.)
-        runs = "%(runs)s"
-        if "last_job" in changes:
-            runs = "CASE WHEN last_job = %(set_last_job)s THEN 0 ELSE %(runs)s END"
-        assignments.append(f"runs = runs + {runs}")
+        # (runs: IJobStore.add counts each job, in its insert's transaction.)
         assignments += [f"{count} = {count} + %(add_{count})s" for count in SCHEDULE_COUNTS]
         values.update({f"add_{count}": int(n) for count, n in added.items()})
-        values.update(runs=int(runs_added), key=fold(name), seq=seq)
+        values.update(key=fold(name), seq=seq)
         statement = (f"UPDATE schedules SET {', '.join(assignments)} WHERE {_WHOSE}"
                      f" RETURNING {_SELECT}")
         return statement, values
@@ -114,17 +123,17 @@ class ScheduleTable:
             "SELECT schedule_key, upstream, created FROM chain_firings"
             " ORDER BY created, schedule_key, upstream", {})])
 
-    def settle_chain_firing(self, name, upstream, seq=None, runs_added=0, skipped_added=0,
+    def settle_chain_firing(self, name, upstream, seq=None, skipped_added=0,
                             buffered_added=0, caught_up_added=0, **changes):
         try:
             statement, values = self._update(
-                name, seq, runs_added, (skipped_added, buffered_added, caught_up_added), changes)
+                name, seq, (skipped_added, buffered_added, caught_up_added), changes)
         except TypeError as e:
             return defer.fail(e)
 
         def settle(tx):
-            # Only the caller that takes the row counts its job: two nodes
-            # settling one firing count it once.
+            # Only the caller that takes the row records its job: two
+            # nodes settling one firing write it once.
             taken = tx.one("DELETE FROM chain_firings WHERE schedule_key = %(key)s"
                            " AND upstream = %(upstream)s RETURNING schedule_key",
                            {"key": fold(name), "upstream": upstream})

@@ -51,7 +51,7 @@ from twisted.web.util import DeferredResource
 from zope.interface import implementer
 
 from netweir_serve.access.roles import ADMIN, NOBODY, Identity
-from netweir_serve.access.tokens import BearerSecret
+from netweir_serve.access.tokens import BearerSecret, KdfBusy
 from netweir_serve.web.answer import write_error
 from netweir_serve.web.audit import client_address
 
@@ -108,6 +108,8 @@ TOO_MANY_FAILURES = Refusal(
     [(b"retry-after", b"60")],
 )
 CHECKER_FAILED = Refusal(500, "internal error checking the password; see the service's log")
+CHECKS_BUSY = Refusal(503, "too many credentials are being checked at once: try again in a"
+                           " moment", [(b"retry-after", b"1")])
 
 
 def _split_host(text):
@@ -322,10 +324,16 @@ class GuardedResource:
     """
 
     def __init__(self, wrapped, credentials=None, loopback_only=True, checkers=(),
-                 tokens=None, throttle=None):
+                 tokens=None, may_be_open=True, throttle=None):
         self._wrapped = wrapped
         self._throttle = throttle
         self._loopback_only = loopback_only
+        # Whether, with no password and no token, it lets everyone in: a
+        # loopback or socket endpoint, or one started --insecure-no-auth.
+        # One other machines reach that started because a token existed
+        # stays shut when the last token goes (revoked, say).
+        self._may_be_open = may_be_open
+        self._shut_told = False
         checkers = list(checkers)
         if credentials is not None:
             checkers.insert(0, PasswordChecker(*credentials))
@@ -375,6 +383,13 @@ class GuardedResource:
 
     def _login(self, portal, request):
         if portal is None:
+            if not self._may_be_open:
+                if not self._shut_told:
+                    self._shut_told = True
+                    log.warn("no token and no password is left: this endpoint, which other"
+                             " machines reach, answers every request 401 until a token is"
+                             " added (netweir-serve token add)")
+                return defer.succeed(UNAUTHORIZED)
             return defer.succeed(self._open)
         d = portal.login(self._credentials(request), None, IResource)
         return d.addCallbacks(lambda avatar: avatar[1], self._refused)
@@ -398,6 +413,8 @@ class GuardedResource:
     def _refused(failure):
         if failure.check(cred_error.LoginFailed, cred_error.Unauthorized):
             return UNAUTHORIZED
+        if failure.check(KdfBusy):
+            return CHECKS_BUSY
         log.failure("a credentials checker failed", failure)
         return CHECKER_FAILED
 

@@ -142,7 +142,7 @@ class RunSchedule(_ScheduleEndpoint):
         record, jobid, changes = result
         if changes.get("error"):
             raise ApiError(400, f"schedule {record.name!r} queued no job: {changes['error']}")
-        answer = {"jobid": jobid, "queued": bool(changes.get("runs_added"))}
+        answer = {"jobid": jobid, "queued": bool(changes.get("queued"))}
         if changes.get("skipped_added"):
             answer["why"] = ("skipped: a job of the schedule waits or runs"
                              f" (overlap {record.overlap})")
