@@ -71,6 +71,11 @@ class ServeConfig:
     # At most this many running jobs of one project's spider (None: no limit).
     max_jobs_per_spider: int = None
     keep: int = 100
+    # How many days the audit keeps a row (--keep-audit).
+    keep_audit: int = 90
+    # Wrong credentials an address may give in a minute before it is
+    # refused (429) for a minute (access.throttle).
+    max_auth_failures: int = 10
     credentials: tuple = None
     # More twisted.cred checkers of basic auth (a .tac file plugs them in).
     checkers: tuple = ()
@@ -318,6 +323,11 @@ class ServeOptions(usage.Options):
          "at most this many running jobs of one project's spider (default: no limit)",
          _whole_number("--max-jobs-per-spider", 1)],
         ["keep", None, 100, "how many finished jobs to remember", _whole_number("--keep", 0)],
+        ["keep-audit", None, 90, "how many days the audit of the writes keeps a row",
+         _whole_number("--keep-audit", 1)],
+        ["max-auth-failures", None, 10,
+         "wrong credentials one address may give in a minute; past them it is refused"
+         " (429) for a minute", _whole_number("--max-auth-failures", 1)],
         ["jobs-db", None, None,
          "the job table: sqlite:///PATH (default: DIR/jobs.db) or postgresql://... shared by"
          " several nodes"],
@@ -495,6 +505,8 @@ class ServeOptions(usage.Options):
             max_jobs=self["max-jobs"],
             max_jobs_per_spider=self["max-jobs-per-spider"],
             keep=self["keep"],
+            keep_audit=self["keep-audit"],
+            max_auth_failures=self["max-auth-failures"],
             credentials=self["credentials"],
             checkers=self.checkers,
             insecure_no_auth=bool(self["insecure-no-auth"]),

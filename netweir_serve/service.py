@@ -38,8 +38,10 @@ from .watching.builds import ListingBuilds
 from .watching.lag import ReactorLag, probe_interval
 from .web.answer import name_node
 from .web.api import Api
+from .web.audit import AuditLog
 from .web.elsewhere import Owners
 from .web.events import EventHub, Events
+from .access.throttle import LoginThrottle
 from .access.tokens import KdfPool, TokenBook, TokenChecker
 from .web.guard import GuardedResource
 from .web.limits import ConnectionCaps, limit
@@ -50,6 +52,9 @@ from .web.pages import site_pages
 from .web.request import ServeRequest
 from .web.root import Root
 from .web.views import format_time, job_entry
+
+# --keep-audit is in days.
+DAY = 86400.0
 
 log = Logger()
 
@@ -365,7 +370,8 @@ def makeService(config, reactor, wall=None):
     # secrets (jobs.process.job_environment).
     job_env = job_environment(os.environ, secrets=config.secrets())
     core = build_job_core(store, reactor, config.projects, config.directory, config.max_jobs,
-                          config.node, wall=wall, keep=config.keep, python=config.python,
+                          config.node, wall=wall, keep=config.keep,
+                          keep_audit=config.keep_audit * DAY, python=config.python,
                           grace=config.grace, stats_interval=config.stats_interval,
                           poll_interval=config.poll_interval,
                           max_per_spider=config.max_jobs_per_spider, groups=groups,
@@ -501,7 +507,8 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
               owners=Owners(store, config.node, reactor) if store.shared else None,
               listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
-                  reactor, reactor.getThreadPool(), f, *args), wall=wall)
+                  reactor, reactor.getThreadPool(), f, *args), wall=wall,
+              audit=AuditLog(store, wall))
     return Root(api, config.directory, pages=site_resources(api, watching),
                 listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, core.launcher,
@@ -523,6 +530,8 @@ def _listening(config, reactor, root, tokens=None):
     connection caps. Raises ListenError for an endpoint that cannot be
     made, or a systemd socket other machines reach without a password."""
     caps = ConnectionCaps()
+    # One count of wrong credentials per address, whichever endpoint.
+    throttle = LoginThrottle(reactor, limit=config.max_auth_failures)
     found = []
     for listener in config.endpoints:
         endpoint, tls = open_endpoint(listener, reactor)
@@ -531,7 +540,8 @@ def _listening(config, reactor, root, tokens=None):
             raise ListenError(exposed_refusal(f"--listen {listener.description}"))
         guard = GuardedResource(root, config.credentials, loopback_only=reach == LOOPBACK,
                                 checkers=config.checkers, tokens=tokens,
-                                may_be_open=reach != PUBLIC or config.insecure_no_auth)
+                                may_be_open=reach != PUBLIC or config.insecure_no_auth,
+                                throttle=throttle)
         site = QuietSite(guard, requestFactory=ServeRequest, reactor=reactor)
         site.displayTracebacks = False
         site.log_requests = config.log_level == "debug"

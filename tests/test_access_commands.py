@@ -85,3 +85,33 @@ class TokenCommandTests(unittest.TestCase):
         self.assertEqual((code, out), (2, ""))
         self.assertIn("already exists", err)
         self.assertEqual(len(self.tokens()), 1)
+
+    def audit(self):
+        store = SQLiteJobStore(os.path.join(self.dir, "jobs.db"), Clock())
+        try:
+            return self.successResultOf(store.audit(every=True))
+        finally:
+            store.close()
+
+    def test_every_change_and_refusal_is_audited_as_the_os_user_and_never_a_secret(self):
+        import getpass
+
+        _, secret, _ = token("add", "ci", "--role", "operator", "--project", "shop",
+                             "--dir", self.dir)
+        _, new, _ = token("rotate", "ci", "--grace", "1h", "--dir", self.dir)
+        token("add", "CI", "--role", "admin", "--dir", self.dir)
+        token("revoke", "ci", "--dir", self.dir)
+        token("revoke", "ci", "--dir", self.dir)
+        rows = list(reversed(self.audit()))
+        self.assertEqual([(r.endpoint, r.target, r.status) for r in rows],
+                         [("token add", "ci", 200), ("token rotate", "ci", 200),
+                          ("token add", "CI", 409), ("token revoke", "ci", 200),
+                          ("token revoke", "ci", 404)])
+        self.assertEqual({(r.who, r.address, r.project) for r in rows},
+                         {(getpass.getuser(), None, None)})
+        self.assertEqual(rows[0].change, {"role": "operator", "projects": ["shop"],
+                                          "expires": None})
+        for row in rows:
+            for secret_part in (secret.strip().rpartition(".")[2],
+                                new.strip().rpartition(".")[2]):
+                self.assertNotIn(secret_part, repr(row))

@@ -23,13 +23,14 @@ from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from netweir_serve.jobs import policies
-from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleStore, ITokenStore
+from netweir_serve.store.interfaces import IClusterStore, IJobStore, IScheduleStore, ITokenStore, IAuditStore
 from netweir_serve.store.records import DuplicateJob, JobRecord, StoreError
 from netweir_serve.store import notices, open_store
 from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.store.chain_firings import CHAIN_ENDS
 from netweir_serve.store.schedule_records import DuplicateSchedule, ScheduleRecord
 from netweir_serve.store.token_records import DuplicateToken, TokenRecord
+from netweir_serve.store.audit_records import AuditEntry
 
 NODE_A, NODE_B = "node-a", "node-b"
 
@@ -1903,8 +1904,78 @@ class TokenStoreContract:
         self.assertEqual((yield other.tokens()), [])
 
 
+def entry(time, project="shop", target="a", status=200, **fields):
+    return AuditEntry(time=time, who=fields.pop("who", "ci"), address="10.0.0.1",
+                      endpoint=fields.pop("endpoint", "schedule.json"), project=project,
+                      target=target, change=fields.pop("change", {"spider": "books"}),
+                      status=status, **fields)
+
+
+class AuditStoreContract:
+    """The behaviour of IAuditStore, and of the jobs' ``queued_by``, on
+    the stores JobStoreContract opens."""
+
+    def test_provides_the_audit_interface(self):
+        self.assertTrue(verifyObject(IAuditStore, self.store))
+
+    @defer.inlineCallbacks
+    def test_a_row_is_kept_as_written_and_listed_newest_first(self):
+        first = yield self.store.add_audit(entry(100.5, change={"spider": "books",
+                                                                 "jobid": "ü"}))
+        self.assertIsNotNone(first.seq)
+        self.assertEqual(replace(first, seq=None),
+                         entry(100.5, change={"spider": "books", "jobid": "ü"}))
+        yield self.store.add_audit(entry(102.0, project="SHOP", target="b", status=403))
+        yield self.store.add_audit(entry(101.0, project="news", target="c", change=None))
+        listed = yield self.store.audit(projects=["Shop"])
+        self.assertEqual([(e.target, e.project, e.status) for e in listed],
+                         [("b", "SHOP", 403), ("a", "shop", 200)])
+        listed = yield self.store.audit()
+        self.assertEqual([e.target for e in listed], ["b", "c", "a"])
+        self.assertIsNone(listed[1].change)
+
+    @defer.inlineCallbacks
+    def test_since_limit_and_the_rows_of_no_project(self):
+        for t in range(10):
+            yield self.store.add_audit(entry(100.0 + t, target=str(t)))
+        yield self.store.add_audit(entry(200.0, project=None, target="ci",
+                                         endpoint="token add", change={"role": "viewer"}))
+        self.assertEqual([e.target for e in (yield self.store.audit(["shop"], since=107.0))],
+                         ["9", "8", "7"])
+        self.assertEqual([e.target for e in (yield self.store.audit(["shop"], limit=2))],
+                         ["9", "8"])
+        self.assertEqual([e.target for e in (yield self.store.audit(limit=1))], ["9"])
+        self.assertEqual([e.target for e in (yield self.store.audit(limit=1, every=True))],
+                         ["ci"])
+        self.assertEqual((yield self.store.audit(projects=[])), [])
+
+    @defer.inlineCallbacks
+    def test_prune_forgets_the_rows_before_a_time(self):
+        for t in (100.0, 150.0, 200.0):
+            yield self.store.add_audit(entry(t, target=str(int(t))))
+        self.assertEqual((yield self.store.prune_audit(150.0)), 1)
+        self.assertEqual([e.target for e in (yield self.store.audit())], ["200", "150"])
+        self.assertEqual((yield self.store.prune_audit(150.0)), 0)
+
+    @defer.inlineCallbacks
+    def test_a_row_written_by_one_store_is_read_by_another(self):
+        other = yield self.open(self.make_second_store)
+        yield self.store.add_audit(entry(100.0))
+        self.assertEqual([e.target for e in (yield other.audit(["shop"]))], ["a"])
+
+    @defer.inlineCallbacks
+    def test_who_queued_a_job_is_kept_and_its_retry_keeps_it(self):
+        yield self.store.add(self.retrying("j1", queued_by="ci"))
+        self.assertEqual((yield self.store.get("J1")).queued_by, "ci")
+        pending, _, _ = yield self.store.jobs("shop")
+        self.assertEqual([r.queued_by for r in pending], ["ci"])
+        ended = yield self.run_and_end("j1", 5.0)
+        self.assertIsNotNone(ended.retry)
+        self.assertEqual((yield self.store.get(ended.retry.id)).queued_by, "ci")
+
+
 class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, TokenStoreContract,
-                                  unittest.TestCase):
+                                  AuditStoreContract, unittest.TestCase):
     """The contract on a temporary SQLite file, timed by a Clock, each
     statement run at once (the Inline runner unit tests use)."""
 
@@ -1924,7 +1995,7 @@ class SQLiteJobStoreContractTests(JobStoreContract, ScheduleStoreContract, Token
 
 
 class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, TokenStoreContract,
-                                  unittest.TestCase):
+                                AuditStoreContract, unittest.TestCase):
     """The contract on a temporary SQLite file as the service opens it:
     each store's statements on a thread of its own, the results delivered
     on the running reactor, which also times the retries of locked writes
@@ -1958,7 +2029,7 @@ class SQLiteThreadContractTests(JobStoreContract, ScheduleStoreContract, TokenSt
 
 
 class PostgresJobStoreContractTests(JobStoreContract, ScheduleStoreContract, TokenStoreContract,
-                                    unittest.TestCase):
+                                    AuditStoreContract, unittest.TestCase):
     """The contract on a real PostgreSQL server (tests/pg.py), each test in
     a schema of its own, migrated from nothing; the second store has a
     pool, a LISTEN connection and an origin of its own, as another node's."""

@@ -299,7 +299,7 @@ class MigrationTests(StoreCase):
         self.assertEqual(self.tables(), [])
         store = yield self.open()
         self.assertEqual(self.tables(),
-                         ["chain_firings", "jobs", "nodes", "schedules", "schema_version",
+                         ["audit", "chain_firings", "jobs", "nodes", "schedules", "schema_version",
                           "store_meta", "tokens"])
         self.assertEqual(self.version(), POSTGRES_LATEST)
         yield store.add(job("kept"))

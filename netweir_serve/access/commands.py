@@ -6,9 +6,14 @@ own transactions (SQLite's locking, PostgreSQL's notice to every node).
 A secret is printed once, alone on a line of standard output, so that
 ``$(netweir-serve token add ...)`` captures it; only its hash is kept.
 Exit status 0, 1 when the job table cannot be used, 2 for bad input.
+
+Every add, revoke and rotation, done or refused, is a row of the audit
+(endpoint ``token add``...; who: the OS user, or ``cli``), written before
+the command says it is done (a secret is printed once its row is in).
 """
 
 import argparse
+import getpass
 import sys
 from datetime import datetime, timezone
 
@@ -16,6 +21,7 @@ from twisted.internet import defer
 
 from ..names import name_problem
 from ..reliability.policy import PolicyError, parse_duration
+from ..store.audit_records import AuditEntry
 from ..store.records import StoreError
 from ..store.token_records import DuplicateToken, TokenRecord
 from .roles import ROLES, role_problem
@@ -119,6 +125,12 @@ def run(arguments, store, wall, out=sys.stdout, err=sys.stderr):
     try:
         yield _COMMANDS[arguments.command](arguments, store, wall, out, err)
     except (BadInput, DuplicateToken) as e:
+        if arguments.command in _WRITES:
+            try:
+                yield _audit(store, wall, arguments, 409 if isinstance(e, DuplicateToken)
+                             else 404)
+            except StoreError as failure:
+                err.write(f"{PROG}: error: the audit could not be written: {failure}\n")
         err.write(f"{PROG}: error: {e}\n")
         return 2
     except StoreError as e:
@@ -135,6 +147,8 @@ def _add(arguments, store, wall, out, err):
     yield store.add_token(TokenRecord(
         name=arguments.name, role=arguments.role, projects=tuple(arguments.project),
         created=now, expires=expires, hash=hash_secret(secret)))
+    yield _audit(store, wall, arguments, 200, {
+        "role": arguments.role, "projects": list(arguments.project), "expires": expires})
     out.write(secret + "\n")
     err.write(f"{PROG}: added {arguments.name} ({_what(arguments.role, arguments.project)},"
               f" expires {shown_time(expires)}); its secret is shown this once\n")
@@ -156,6 +170,7 @@ def _revoke(arguments, store, wall, out, err):
     gone = yield store.revoke_token(arguments.name)
     if gone is None:
         raise BadInput(f"no token named {arguments.name!r}")
+    yield _audit(store, wall, arguments, 200, {"role": gone.role})
     err.write(f"{PROG}: revoked {gone.name}\n")
 
 
@@ -170,9 +185,29 @@ def _rotate(arguments, store, wall, out, err):
     rotated = yield store.rotate_token(found.name, hash_secret(secret), until)
     if rotated is None:
         raise BadInput(f"no token named {arguments.name!r}")
+    yield _audit(store, wall, arguments, 200, {"grace_until": until})
     out.write(secret + "\n")
     err.write(f"{PROG}: rotated {rotated.name}; the old secret works"
               f" {'until ' + shown_time(until) if until else 'no more'}\n")
 
+
+def _who():
+    """Who runs the command, as the audit names them."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name to be found (no passwd entry, no LOGNAME)
+        return "cli"
+
+
+def _audit(store, wall, arguments, status, change=None):
+    """A Deferred of the audit row of ``arguments``' command written
+    (store.audit_table): never a secret, the token's name and role."""
+    return store.add_audit(AuditEntry(
+        time=wall.seconds(), who=_who(), address=None, endpoint=f"token {arguments.command}",
+        project=None, target=arguments.name, change=change, status=status))
+
+
+# The commands that change the tokens: audited.
+_WRITES = ("add", "revoke", "rotate")
 
 _COMMANDS = {"add": _add, "list": _list, "revoke": _revoke, "rotate": _rotate}

@@ -30,7 +30,7 @@ def can_run_here(groups):
 
 
 def build_job_core(store, reactor, projects, directory, max_jobs, node, wall=None,
-                   keep=None, python=sys.executable, grace=30.0, stats_interval=1.0,
+                   keep=None, keep_audit=None, python=sys.executable, grace=30.0, stats_interval=1.0,
                    poll_interval=5.0, max_per_spider=None, claims_projects=None,
                    **launcher_options):
     """The job core on ``store`` (an IJobStore) and ``reactor``, for
@@ -38,7 +38,8 @@ def build_job_core(store, reactor, projects, directory, max_jobs, node, wall=Non
     ``max_jobs`` at once, claimed as ``node``. ``wall`` gives the time of
     day (the reactor's clock times intervals); ``keep``, when given, makes
     a pruner forgetting finished jobs past it (on a shared table only this
-    node's); ``claims_projects`` the names claimed (the projects' own by
+    node's), and forgetting the audit's rows older than ``keep_audit``
+    seconds; ``claims_projects`` the names claimed (the projects' own by
     default); ``launcher_options`` go to the Launcher (its environment and
     signals, for tests)."""
     events = JobEvents()
@@ -55,6 +56,7 @@ def build_job_core(store, reactor, projects, directory, max_jobs, node, wall=Non
     if keep is not None:
         # --keep is each node's own on a shared table: a node can delete
         # the files of the jobs it ran only.
-        pruner = Pruner(store, directory, keep, reactor, node=node if store.shared else None)
+        pruner = Pruner(store, directory, keep, reactor, node=node if store.shared else None,
+                        keep_audit=keep_audit, wall=wall)
         pruner.subscribe(events)
     return JobCore(events, launcher, poller, scheduler, pruner)

@@ -14,12 +14,12 @@ class IScheduler(Interface):
     """Queues checked jobs and takes them out again."""
 
     def schedule(checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None,
-                 upstream=None):
+                 upstream=None, by=None):
         """Records a pending job for ``checked`` (queued by recurring
         schedule ``schedule``, holding ``locks`` while it runs, with
         ``policy``, JobPolicy.to_json() of its effective policy; for a
-        chain schedule's job, ``upstream`` the job whose end queued it) and
-        publishes "queued". Fires with the JobRecord; fails with DuplicateJob."""
+        chain schedule's job, ``upstream`` the job whose end queued it;
+        ``by`` who queued it, its ``queued_by``) and publishes "queued". Fires with the JobRecord; fails with DuplicateJob."""
 
     def cancel(jobid, now=False):
         """Cancels a job: a pending one ends cancelled at once, a running one

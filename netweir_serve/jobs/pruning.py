@@ -1,10 +1,15 @@
-"""Forgetting finished jobs past --keep, with their files."""
+"""Forgetting finished jobs past --keep, with their files, and the audit's
+rows older than --keep-audit."""
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from .events import ENDED
 from .files import delete_files, files_of
+
+# How often the audit is pruned besides at start and after a job's end:
+# one indexed DELETE, so that a service no job ends on forgets too.
+AUDIT_PRUNED_EVERY = 3600.0
 
 
 class Pruner:
@@ -16,12 +21,19 @@ class Pruner:
 
     With ``node`` (a shared job table), it forgets only that node's jobs
     (and those no node ran): their files are in this node's ``directory``,
-    and no other node could delete them."""
+    and no other node could delete them.
+
+    With ``keep_audit`` (seconds), it also forgets the audit's rows older
+    than that (``wall`` tells the time of day): whenever it prunes, and
+    every AUDIT_PRUNED_EVERY seconds."""
 
     log = Logger()
 
-    def __init__(self, store, directory, keep, clock, node=None):
+    def __init__(self, store, directory, keep, clock, node=None, keep_audit=None, wall=None):
         self._store = store
+        self._keep_audit = keep_audit
+        self._wall = wall if wall is not None else clock
+        self._audit_timer = None
         self._node = node
         self._directory = directory
         self._keep = keep
@@ -47,7 +59,19 @@ class Pruner:
         if self._stopped:
             return defer.succeed(None)
         pruned = self._store.prune(self._keep, node=self._node)
-        return pruned.addCallbacks(self._delete_files, self._failed)
+        pruned.addCallbacks(self._delete_files, self._failed)
+        if self._keep_audit is None:
+            return pruned
+        audit = self._prune_audit()
+        return defer.gatherResults([pruned, audit]).addCallback(lambda _: None)
+
+    def _prune_audit(self):
+        if self._audit_timer is not None and self._audit_timer.active():
+            self._audit_timer.cancel()
+        self._audit_timer = self._clock.callLater(AUDIT_PRUNED_EVERY, self._prune_audit)
+        before = self._wall.seconds() - self._keep_audit
+        return self._store.prune_audit(before).addErrback(
+            lambda f: self.log.failure("could not forget the audit's rows past --keep-audit", f))
 
     def _delete_files(self, records):
         for record in records:
@@ -62,6 +86,7 @@ class Pruner:
         """Cancels a pruning not yet begun, and every later request. A
         pruning under way finishes."""
         self._stopped = True
-        if self._soon is not None and self._soon.active():
-            self._soon.cancel()
-        self._soon = None
+        for timer in (self._soon, self._audit_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        self._soon = self._audit_timer = None

@@ -21,7 +21,7 @@ class Scheduler:
         self._events = events
 
     def schedule(self, checked, jobid=None, priority=0.0, schedule=None, locks=(), policy=None,
-                 upstream=None):
+                 upstream=None, by=None):
         added = self._store.add(JobRecord(
             id=jobid or new_job_id(),
             project=checked.project,
@@ -35,6 +35,7 @@ class Scheduler:
             locks=tuple(locks),
             policy=policy,
             upstream=upstream,
+            queued_by=by,
         ))
         return added.addCallback(self._published, QUEUED)
 

@@ -58,6 +58,17 @@ class JobRequest:
     policy: JobPolicy = None
     # For a job a chain schedule queues: the upstream job whose end did.
     upstream: str = None
+    # Who asks (the request's token or user name; listjobs.json's ``by``).
+    # None for a schedule's firing or a chain's: those are by
+    # ``schedule:NAME`` (queued_by).
+    by: str = None
+
+
+def queued_by(request):
+    """Who a job of ``request`` (a JobRequest) is said to be queued by."""
+    if request.schedule is not None:
+        return f"schedule:{request.schedule}"
+    return request.by
 
 
 class JobSubmitter:
@@ -118,7 +129,7 @@ class JobSubmitter:
             record = yield self._scheduler.schedule(
                 checked, jobid=request.jobid, priority=request.priority,
                 schedule=request.schedule, locks=locks, policy=policy.to_json(),
-                upstream=request.upstream)
+                upstream=request.upstream, by=queued_by(request))
         except BaseException:
             prepared.undo()
             raise

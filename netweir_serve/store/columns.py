@@ -89,7 +89,7 @@ JOB_FIELDS = (
     ("schedule", PLAIN), ("locks", LIST), ("kill_requested", FLAG), ("policy", JSON),
     ("attempt", PLAIN), ("retry_of", PLAIN), ("not_before", REAL), ("detail", PLAIN),
     ("health", PLAIN), ("health_reasons", LIST), ("items", PLAIN), ("pages", PLAIN),
-    ("errors", PLAIN), ("upstream", PLAIN),
+    ("errors", PLAIN), ("upstream", PLAIN), ("queued_by", PLAIN),
 )
 
 # Each ScheduleRecord field's column (``key`` and ``project_key`` beside them).

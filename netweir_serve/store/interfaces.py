@@ -270,6 +270,26 @@ class ITokenStore(Interface):
         moving one back. Tokens that do not exist are skipped."""
 
 
+class IAuditStore(Interface):
+    """The audit of every write (an audit_records.AuditEntry each), beside
+    the jobs, so every node of a cluster writes and lists the same one.
+    Every method returns a Deferred."""
+
+    def add_audit(entry):
+        """The AuditEntry written (its ``seq`` set), in a transaction of its
+        own: committed when the Deferred fires."""
+
+    def audit(projects=None, since=None, limit=100, every=False):
+        """The AuditEntries newest first (by time, then by seq), at most
+        ``limit`` (1 to 1000): of ``projects`` (names, any case) if given;
+        else of every project, and with ``every`` the rows of no project
+        (the tokens' changes) too. ``since`` (epoch seconds): only rows
+        from then on."""
+
+    def prune_audit(before):
+        """Deletes the rows older than ``before`` (epoch seconds); how many."""
+
+
 class IClusterStore(Interface):
     """The nodes sharing one job table (the PostgreSQL backend), and what
     the others need of a node's running jobs. Times are the database's

@@ -89,6 +89,30 @@ TOKENS = """CREATE TABLE tokens (
     previous_until REAL
 )"""
 
+# Migration 11: the audit of every write (web/audit.py, access.commands),
+# one row each, in the job table so that every node of a cluster writes
+# and lists the same one; ``project_key`` the folded project (NULL for a
+# token's change), ``change`` short JSON text with no secret in it. And
+# who queued each job (``queued_by``: ``by`` is a word of SQL's own).
+AUDIT = """CREATE TABLE audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    who TEXT,
+    address TEXT,
+    endpoint TEXT NOT NULL,
+    project TEXT,
+    project_key TEXT,
+    target TEXT,
+    change TEXT,
+    status INTEGER NOT NULL
+)"""
+# audit.json reads a project's rows newest first; the prune reads by time.
+AUDIT_INDEXES = (
+    "CREATE INDEX audit_project ON audit (project_key, time)",
+    "CREATE INDEX audit_time ON audit (time)",
+)
+QUEUED_BY = "ALTER TABLE jobs ADD COLUMN queued_by TEXT"
+
 # How many finished runs the backfill of their counts reads at once.
 COUNTS_BATCH = 500
 
@@ -246,6 +270,8 @@ SQLITE_MIGRATIONS = (
         *RUNS_INDEXES,
     )),
     Migration(10, "tokens and their roles", (TOKENS,)),
+    Migration(11, "the audit of every write, and who queued each job",
+              (AUDIT, *AUDIT_INDEXES, QUEUED_BY)),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

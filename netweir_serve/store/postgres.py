@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ..names import fold
-from .interfaces import IClusterStore, IJobStore, IScheduleStore, ITokenStore
+from .interfaces import IClusterStore, IJobStore, IScheduleStore, ITokenStore, IAuditStore
 from .records import FINISHED, NODE_LOST, PENDING, RUNNING, NodeNameTaken, StoreError
 from .columns import POSTGRES_KINDS, SCHEDULE_FIELDS, columns_of, dump_json
 from .job_table import LISTED_STATE, SELECT_ALL, SELECT_LISTED, JobColumns, JobTable, where_all
@@ -40,6 +40,7 @@ from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
 from .schedule_table import ScheduleTable
 from .token_table import TokenTable
+from .audit_table import AuditTable
 
 log = Logger()
 
@@ -180,8 +181,8 @@ def _broken(cursor):
     return conn.closed or conn.broken
 
 
-@implementer(IJobStore, IScheduleStore, IClusterStore, ITokenStore)
-class PostgresJobStore(JobTable, ScheduleTable, TokenTable):
+@implementer(IJobStore, IScheduleStore, IClusterStore, ITokenStore, IAuditStore)
+class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
     """The job table in the PostgreSQL database ``url`` (a postgresql://
     URL or a libpq key=value string; its ``options`` may set a search_path
     to keep the tables in a schema of their own), on ``reactor`` (``clock``

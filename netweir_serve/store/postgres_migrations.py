@@ -12,7 +12,7 @@ Append a migration, never edit one that has landed.
 
 from .migrations import (
     CHAIN_FIRINGS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS, RUNS_INDEXES, SQLITE_MIGRATIONS,
-    TOKENS, Migration, NewerSchema, RunStatements, counts_of_old_runs, run_step)
+    TOKENS, AUDIT, AUDIT_INDEXES, QUEUED_BY, Migration, NewerSchema, RunStatements, counts_of_old_runs, run_step)
 
 # The key of the session-level advisory lock held while migrating: two
 # nodes starting at once must not both apply a migration (CREATE TABLE IF
@@ -147,6 +147,13 @@ POSTGRES_MIGRATIONS = (
         *RUNS_INDEXES,
     )),
     _as_sqlite(10, (TOKENS.replace("REAL", "double precision"),)),
+    _as_sqlite(11, (
+        AUDIT.replace("INTEGER PRIMARY KEY AUTOINCREMENT",
+                      "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+             .replace("REAL", "double precision"),
+        *AUDIT_INDEXES,
+        QUEUED_BY.replace("TEXT", "text"),
+    )),
 )
 
 POSTGRES_LATEST = POSTGRES_MIGRATIONS[-1].version

@@ -120,6 +120,10 @@ class JobRecord:
     errors: int = None
     # For a job a chain schedule queued: the upstream job whose end did.
     upstream: str = None
+    # Who queued it (listjobs.json's ``by``): the token or user name of
+    # the request, ``schedule:NAME`` for a schedule's firing or a chain's,
+    # a retry's its first attempt's; None on a service open to all.
+    queued_by: str = None
     seq: int = None
     # Not a column: on the record of an end (IJobStore.mark_finished and
     # the other ways a job ends), the retry that end queued in the same

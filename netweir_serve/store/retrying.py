@@ -45,6 +45,7 @@ def retry_after(ended, jitter):
         settings=ended.settings, arguments=ended.arguments, priority=ended.priority,
         state=PENDING, created=end_time, schedule=ended.schedule, locks=ended.locks,
         policy=ended.policy, attempt=attempt, retry_of=first, upstream=ended.upstream,
+        queued_by=ended.queued_by,
         not_before=end_time + policy.backoff_wait(ended.attempt, jitter))
 
 

@@ -25,13 +25,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from .interfaces import IJobStore, IScheduleStore, ITokenStore
+from .interfaces import IJobStore, IScheduleStore, ITokenStore, IAuditStore
 from .records import FINISHED, PENDING, RUNNING, StoreError
 from .columns import SCHEDULE_FIELDS, SQLITE_KINDS, columns_of, in_sqlites_words
 from .job_table import SELECT_LISTED, JobColumns, JobTable, where_all
 from .migrations import migrate_sqlite
 from .schedule_table import ScheduleTable
 from .token_table import TokenTable
+from .audit_table import AuditTable
 from .sqlite_runner import Inline
 
 log = Logger()
@@ -145,8 +146,8 @@ class _Locked(Exception):
         self.error = error
 
 
-@implementer(IJobStore, IScheduleStore, ITokenStore)
-class SQLiteJobStore(JobTable, ScheduleTable, TokenTable):
+@implementer(IJobStore, IScheduleStore, ITokenStore, IAuditStore)
+class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
     """IJobStore on the SQLite file ``path`` (or ``:memory:`` for tests).
 
     ``clock`` (IReactorTime) times the retries of locked writes; ``runner``

@@ -10,6 +10,7 @@ from ..store.runpolicy import EnforceableLimits, RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject, unknown_project
 from ..names import fold, job_id_problem
 from ..watching.builds import ListingBuilds
+from .audit_listing import AuditList
 from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
@@ -35,7 +36,7 @@ class Api:
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
                  max_per_spider=None, history=None, owners=None, listing_builds=None,
-                 build_aside=None, limits=None, wall=None):
+                 build_aside=None, limits=None, wall=None, audit=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -61,6 +62,8 @@ class Api:
         self.limits = limits or {"memory": False, "cpu": False}
         # The time of day, for saying that a retry waits for its due time.
         self.wall = wall if wall is not None else WallClock()
+        # The audit the writes are recorded in (web/audit.AuditLog), or None.
+        self.audit = audit
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -203,6 +206,8 @@ class ListPolicies(ApiEndpoint):
 
 class Schedule(ApiEndpoint):
     methods = (b"POST",)
+    audited = True
+    audit_target = ("jobid", "jobid")
 
     def answer(self, params, request):
         project = self.api.project(params, request=request)
@@ -218,6 +223,7 @@ class Schedule(ApiEndpoint):
             arguments=tuple((k, v) for k, v in params.pairs
                             if k not in SCHEDULE_PARAMETERS and not k.startswith("_")),
             policy=params.policy(prefix="_", every=True, skip=("_version",)),
+            by=identity_of(request).who,
         )
         d = self.api.submitter.submit(job)
         d.addCallbacks(lambda record: {"jobid": record.id}, refused)
@@ -226,6 +232,9 @@ class Schedule(ApiEndpoint):
 
 class Cancel(ApiEndpoint):
     methods = (b"POST",)
+    audited = True
+    audit_target = ("job", None)
+    audit_answer = ("prevstate",)
 
     def answer(self, params, request):
         # Any project name: the jobs of a project taken off the command line
@@ -387,6 +396,7 @@ def endpoints(api):
         b"jobstats.json": JobStats(api),
         b"runs.json": Runs(api),
         b"status.json": Status(api),
+        b"audit.json": AuditList(api),
         b"delproject.json": DelProject(api),
         b"addversion.json": NoDeploying(api),
         b"delversion.json": NoDeploying(api),

@@ -8,8 +8,10 @@ audit can record ``who``), and refused where its role may not go: a 403
 JSON error naming the role needed, with nothing done.
 """
 
-from twisted.web.resource import IResource
+from twisted.web.resource import IResource, Resource
 from zope.interface import implementer
+
+from .deferred import render_result
 
 from ..access.endpoints import ENDPOINT_RULES
 from ..access.roles import NEEDED, READ, SCRAPE, WRITE
@@ -68,8 +70,17 @@ class Admitted:
         request.netweir_identity = self.identity
         refusal = door_refusal(name, request, self.identity)
         if refusal is not None:
-            return refusal
+            return self._audited(refusal, name)
         return self._tree.getChildWithDefault(name, request)
+
+    def _audited(self, refusal, name):
+        """``refusal`` of the path ``name``, recorded in the audit first
+        when that path is an audited write's (web/audit.py)."""
+        children = getattr(self._tree, "children", {})
+        endpoint = children.get(name)
+        if endpoint is None or getattr(endpoint, "_audit_log", lambda: None)() is None:
+            return refusal
+        return AuditedRefusal(refusal, endpoint)
 
     def putChild(self, path, child):
         self._tree.putChild(path, child)
@@ -77,3 +88,25 @@ class Admitted:
     def render(self, request):
         request.netweir_identity = self.identity
         return self._tree.render(request)
+
+
+class AuditedRefusal(Resource):
+    """A refusal at the door of a write: its answer, sent once the audit
+    row of the refused write is written (by the write's ``endpoint``)."""
+
+    isLeaf = True
+
+    def __init__(self, refusal, endpoint):
+        super().__init__()
+        self._refusal = refusal
+        self._endpoint = endpoint
+
+    def render(self, request):
+        body = self._refusal.render(request)
+        try:
+            params = Params.of(request)
+        except ApiError:
+            params = None
+        d = self._endpoint.audited_answer(request, body, params)
+        return render_result(request, d, lambda answered: answered,
+                             lambda failure: body)

@@ -53,6 +53,7 @@ from zope.interface import implementer
 from netweir_serve.access.roles import ADMIN, NOBODY, Identity
 from netweir_serve.access.tokens import BearerSecret, KdfBusy
 from netweir_serve.web.answer import write_error
+from netweir_serve.web.audit import client_address
 
 log = Logger()
 
@@ -101,6 +102,10 @@ UNAUTHORIZED = Refusal(
     " token's name and secret, with HTTP basic auth, or the secret as"
     " 'Authorization: Bearer SECRET'.",
     [(b"www-authenticate", REALM)],
+)
+TOO_MANY_FAILURES = Refusal(
+    429, "Too many wrong credentials from this address: try again in a minute.",
+    [(b"retry-after", b"60")],
 )
 CHECKER_FAILED = Refusal(500, "internal error checking the password; see the service's log")
 CHECKS_BUSY = Refusal(503, "too many credentials are being checked at once: try again in a"
@@ -313,12 +318,15 @@ class GuardedResource:
     (access.tokens.TokenBook, its TokenChecker): while the book has no
     token, it asks nobody for anything. With none of them, nobody is asked
     for a password. ``loopback_only`` says the request came on a loopback
-    endpoint, which turns the Host check on.
+    endpoint, which turns the Host check on. ``throttle`` (an
+    access.throttle.LoginThrottle, shared by every endpoint's guard)
+    refuses an address that gave wrong credentials too often (429).
     """
 
     def __init__(self, wrapped, credentials=None, loopback_only=True, checkers=(),
-                 tokens=None, may_be_open=True):
+                 tokens=None, may_be_open=True, throttle=None):
         self._wrapped = wrapped
+        self._throttle = throttle
         self._loopback_only = loopback_only
         # Whether, with no password and no token, it lets everyone in: a
         # loopback or socket endpoint, or one started --insecure-no-auth.
@@ -416,10 +424,24 @@ class GuardedResource:
         refusal = self.screen(request)
         if refusal is not None:
             return refusal
+        if self._throttle is not None:
+            if self._throttle.refused(client_address(request)):
+                return TOO_MANY_FAILURES
         # Checkers in memory or in a file answer at once: then so does this.
         answered = []
-        d = self.authorized(request).addCallback(lambda found: answered.append(found) or found)
+        d = self.authorized(request).addCallback(self._counted, request)
+        d.addCallback(lambda found: answered.append(found) or found)
         return answered[0] if answered else _Waiting(d)
+
+    def _counted(self, found, request):
+        """``found``, counted as a failure of its address when it is a 401
+        to credentials given (web/guard's throttle); a 429 from the failure
+        that passes the limit on."""
+        if found is UNAUTHORIZED and self._throttle is not None \
+                and request.requestHeaders.hasHeader(b"authorization"):
+            if self._throttle.failed(client_address(request)):
+                return TOO_MANY_FAILURES
+        return found
 
     # IResource. Site traverses from the root with getChildWithDefault, and
     # renders the root itself only when it is a leaf: checking in both

@@ -36,7 +36,10 @@ def hidden_schedule(request, project, name):
 
 class _ScheduleEndpoint(ApiEndpoint):
     """An endpoint that answers with one schedule (listschedules.json's
-    entry, its times in its zone)."""
+    entry, its times in its zone): a write, audited (web/audit.py)."""
+
+    audited = True
+    audit_target = ("name", "name")
 
     def _entry(self, record):
         return schedule_entry(record, self.api.timetable.zone_of(record))
@@ -126,6 +129,7 @@ class RunSchedule(_ScheduleEndpoint):
     """runschedule.json: ``project``, ``name``: one job now, as a firing."""
 
     methods = (b"POST",)
+    audit_answer = ("jobid", "queued")
 
     def answer(self, params, request):
         project = params.name("project")
@@ -152,6 +156,7 @@ class BackfillSchedule(_ScheduleEndpoint):
     """backfillschedule.json: ``project``, ``name``, ``from``, ``to``."""
 
     methods = (b"POST",)
+    audit_answer = ("queued",)
 
     def answer(self, params, request):
         project = params.name("project")

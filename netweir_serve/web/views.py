@@ -80,6 +80,10 @@ def job_entry(record, waits_for=None):
         entry["node"] = record.node
     if record.schedule is not None:
         entry["schedule"] = record.schedule
+    # Who queued it (a token or user name, schedule:NAME); on a service
+    # open to all, a request's jobs have nobody to name (no "by").
+    if record.queued_by is not None:
+        entry["by"] = record.queued_by
     # Every job has its attempt (1 for a first run); a retry names the
     # first attempt's job, and waits until its due time.
     entry["attempt"] = record.attempt

@@ -1,0 +1,175 @@
+"""The audit's parts on their own: what a row keeps of a write's
+parameters (never a secret), a row that cannot be written, and the
+pruning of rows past --keep-audit."""
+
+import io
+import os
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial.unittest import TestCase
+from twisted.web.test.requesthelper import DummyRequest
+
+from netweir_serve.jobs.pruning import AUDIT_PRUNED_EVERY, Pruner
+from netweir_serve.store.audit_records import AuditEntry
+from netweir_serve.store.records import StoreError
+from netweir_serve.store.sqlite import SQLiteJobStore
+from netweir_serve.web import audit
+from netweir_serve.web.audit import MAX_VALUE, AuditLog, change_of
+from netweir_serve.web.params import Params
+
+DAY = 86400.0
+
+
+class ChangeTests(TestCase):
+    def test_settings_and_arguments_are_masked_as_listings_mask_them(self):
+        change = change_of(Params([
+            ("project", "shop"), ("spider", "books"),
+            ("setting", "http_auth=me:hunter2"), ("setting", "proxy=me:hunter2@proxy:8080"),
+            ("setting", "max_items=5"), ("start", "http://KEY:@api.example/"),
+            ("_timeout", "1h")]))
+        self.assertEqual(change, {
+            "spider": "books", "start": "http://***@api.example/", "_timeout": "1h",
+            "settings": {"http_auth": "me:***", "proxy": "***@proxy:8080", "max_items": "5"}})
+        self.assertNotIn("hunter2", repr(change))
+        self.assertNotIn("KEY", repr(change))
+
+    def test_a_long_value_is_cut(self):
+        change = change_of(Params([("category", "x" * 5000)]))
+        self.assertEqual(len(change["category"]), MAX_VALUE + 1)
+
+
+class Failing:
+    def add_audit(self, entry):
+        return defer.fail(StoreError("the job table could not be written"))
+
+
+class AuditLogTests(TestCase):
+    def test_a_row_that_cannot_be_written_is_logged_and_the_answer_goes_on(self):
+        logged = []
+        self.patch(audit.log, "failure", lambda *a, **kw: logged.append(kw["entry"]))
+        d = AuditLog(Failing(), Clock()).record(DummyRequest([b""]), "cancel.json", 200,
+                                                 "shop", "j1", {"prevstate": "pending"})
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual([(e.endpoint, e.target, e.status) for e in logged],
+                         [("cancel.json", "j1", 200)])
+
+    def test_the_request_going_away_does_not_cancel_the_write(self):
+        written = defer.Deferred()
+
+        class Slow:
+            def add_audit(self, entry):
+                return written
+
+        d = AuditLog(Slow(), Clock()).record(DummyRequest([b""]), "cancel.json", 200)
+        d.addErrback(lambda f: f.trap(defer.CancelledError))
+        d.cancel()
+        self.assertFalse(written.called)
+
+
+class PruneTests(TestCase):
+    def setUp(self):
+        self.clock = Clock()
+        self.clock.advance(100 * DAY)
+        self.store = SQLiteJobStore(os.path.abspath(self.mktemp()), self.clock)
+        self.addCleanup(self.store.close)
+
+    def add(self, age_days, target):
+        self.successResultOf(self.store.add_audit(AuditEntry(
+            time=self.clock.seconds() - age_days * DAY, endpoint="schedule.json",
+            project="shop", target=target)))
+
+    def kept(self):
+        return [e.target for e in self.successResultOf(self.store.audit())]
+
+    def test_rows_past_keep_audit_are_pruned_at_once_and_every_hour(self):
+        self.add(91, "old")
+        self.add(89.99, "young")
+        pruner = Pruner(self.store, self.mktemp(), 100, self.clock, keep_audit=90 * DAY)
+        self.successResultOf(pruner.prune_now())
+        self.assertEqual(self.kept(), ["young"])
+        # A service no job ends on forgets too: an hour later, on its own.
+        self.clock.advance(AUDIT_PRUNED_EVERY)
+        self.assertEqual(self.kept(), [])
+        pruner.stop()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class Waiting(defer.Deferred):
+    pass
+
+
+class Request(DummyRequest):
+    """A DummyRequest with what a real Request has beside: its body and
+    ``code``."""
+
+    def __init__(self):
+        super().__init__([])
+        self.content = io.BytesIO(b"")
+
+    @property
+    def code(self):
+        return self.responseCode
+
+
+class AuditedEndpointTests(TestCase):
+    """An audited endpoint (web/endpoint.ApiEndpoint.audited) as the site
+    renders it."""
+
+    def endpoint(self, answer):
+        from netweir_serve.web.endpoint import ApiEndpoint
+
+        class Api:
+            pass
+
+        api = Api()
+        api.audit = AuditLog(self.store, Clock())
+
+        class Write(ApiEndpoint):
+            methods = (b"POST",)
+            audited = True
+            audit_target = ("job", "jobid")
+
+            def answer(self, params, request):
+                return answer(params)
+
+        return Write(api)
+
+    def setUp(self):
+        self.store = SQLiteJobStore(os.path.abspath(self.mktemp()), Clock())
+        self.addCleanup(self.store.close)
+
+    def post(self, endpoint, **params):
+        request = Request()
+        request.method = b"POST"
+        request.path = b"/write.json"
+        request.uri = b"/write.json?" + "&".join(f"{k}={v}" for k, v in params.items()).encode()
+        return request, endpoint.render(request)
+
+    def test_the_row_is_written_before_the_answer_goes_out(self):
+        _, body = self.post(self.endpoint(lambda params: {"jobid": "j1"}), project="shop")
+        self.assertIn(b'"jobid":"j1"', body)
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.endpoint, row.project, row.target, row.status),
+                         ("write.json", "shop", "j1", 200))
+
+    def test_a_refusal_is_recorded_with_its_status(self):
+        from netweir_serve.web.params import ApiError
+
+        def refuse(params):
+            raise ApiError(409, "taken")
+
+        request, _ = self.post(self.endpoint(refuse), project="shop", job="j1")
+        self.assertEqual(request.responseCode, 409)
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.target, row.status), ("j1", 409))
+
+    def test_a_client_gone_before_the_answer_is_no_error_and_no_row(self):
+        failures = []
+        from netweir_serve.web import endpoint as module
+        self.patch(module.log, "failure", lambda *a, **kw: failures.append(a))
+        waiting = Waiting()
+        request, body = self.post(self.endpoint(lambda params: waiting), project="shop")
+        request.processingFailed(Exception("the client went away"))
+        self.assertTrue(waiting.called)
+        self.assertEqual((failures, self.successResultOf(self.store.audit())), ([], []))
