@@ -4,9 +4,7 @@ max_time, what /metrics counts, and bad values refused at the request."""
 
 import json
 import os
-import time
 
-from . import pg
 from .processes import Daemon, wait_until
 from .test_cluster import AUTH, AUTH_ENV, ClusterTestCase
 from .test_jobs import CrawlTestCase

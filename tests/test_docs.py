@@ -23,7 +23,7 @@ from netweir_serve import cli, options
 from netweir_serve.web.api import endpoints
 
 from . import docsrun
-from .processes import ROOT, Daemon, free_port, request, wait_until
+from .processes import ROOT, Daemon, free_port, wait_until
 
 DOCS = os.path.join(ROOT, "docs")
 README = os.path.join(ROOT, "README.md")
