@@ -34,6 +34,21 @@ class ChangeTests(TestCase):
         self.assertNotIn("hunter2", repr(change))
         self.assertNotIn("KEY", repr(change))
 
+    def test_http_auth_is_masked_however_its_key_is_spelled(self):
+        # HTTP_AUTH is http_auth (names.setting_name); http_Auth is refused
+        # by the checks, but its refusal is recorded too.
+        change = change_of(Params([
+            ("setting", "HTTP_AUTH=alice:s3cret"), ("setting", "http_Auth=bob:s3cret"),
+            ("setting", " http_auth =carol:s3cret")]))
+        self.assertEqual(change["settings"], {
+            "HTTP_AUTH": "alice:***", "http_Auth": "bob:***", " http_auth ": "carol:***"})
+        self.assertNotIn("s3cret", repr(change))
+
+    def test_a_listing_masks_http_auth_however_its_key_is_spelled(self):
+        from netweir_serve.web.views import shown_settings
+        self.assertEqual(shown_settings([("HTTP_AUTH", "alice:s3cret")]),
+                         {"HTTP_AUTH": "alice:***"})
+
     def test_a_long_value_is_cut(self):
         change = change_of(Params([("category", "x" * 5000)]))
         self.assertEqual(len(change["category"]), MAX_VALUE + 1)
