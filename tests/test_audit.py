@@ -179,12 +179,62 @@ class AuditedEndpointTests(TestCase):
         [row] = self.successResultOf(self.store.audit())
         self.assertEqual((row.target, row.status), ("j1", 409))
 
-    def test_a_client_gone_before_the_answer_is_no_error_and_no_row(self):
+    def test_a_client_gone_before_the_answer_leaves_the_write_going_and_its_row(self):
+        # The write goes on to its end (a store's transaction under way
+        # may commit whatever its Deferred says), and its row is written
+        # with the status its answer would have had.
         failures = []
         from netweir_serve.web import endpoint as module
         self.patch(module.log, "failure", lambda *a, **kw: failures.append(a))
         waiting = Waiting()
         request, body = self.post(self.endpoint(lambda params: waiting), project="shop")
         request.processingFailed(Exception("the client went away"))
-        self.assertTrue(waiting.called)
-        self.assertEqual((failures, self.successResultOf(self.store.audit())), ([], []))
+        self.assertFalse(waiting.called)
+        written = list(request.written)
+        waiting.callback({"jobid": "j1"})
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.project, row.target, row.status), ("shop", "j1", 200))
+        self.assertEqual((failures, request.written), ([], written))
+
+    def test_a_refusal_after_the_client_went_away_is_recorded_too(self):
+        from netweir_serve.web.params import ApiError
+        waiting = Waiting()
+        request, _ = self.post(self.endpoint(lambda params: waiting), project="shop", job="j1")
+        request.processingFailed(Exception("the client went away"))
+        waiting.errback(ApiError(409, "taken"))
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.target, row.status), ("j1", 409))
+
+
+class SubmitCancelledTests(TestCase):
+    """A submit cancelled while its job is being queued keeps the job's
+    folders: the store's transaction may have committed (PostgreSQL's
+    runInteraction goes on whatever its Deferred says)."""
+
+    def test_the_folders_stay_when_the_queueing_is_cancelled(self):
+        from types import SimpleNamespace
+
+        from netweir_serve.jobs.submit import JobRequest, JobSubmitter
+
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(os.path.join(directory, "data", "shop"))
+        project = SimpleNamespace(name="shop")
+        projects = SimpleNamespace(get=lambda name: project, names=lambda: ["shop"])
+        queued = Waiting()
+
+        class Reader:
+            def checkJob(self, project, spider, settings, arguments, spelled):
+                return defer.succeed(SimpleNamespace(spider=spider, spider_file="books.py"))
+
+        class Scheduler:
+            def schedule(self, checked, **options):
+                return queued
+
+        submitter = JobSubmitter(projects, None, Scheduler(), Reader(), directory)
+        d = submitter.submit(JobRequest(project="shop", spider="books",
+                                        settings=(("warc", "runs/x.warc"),)))
+        self.assertTrue(os.path.isdir(os.path.join(directory, "data", "shop", "runs")))
+        d.cancel()
+        self.failureResultOf(d, defer.CancelledError)
+        self.assertTrue(queued.called)
+        self.assertTrue(os.path.isdir(os.path.join(directory, "data", "shop", "runs")))

@@ -9,7 +9,9 @@ where, what it named and what it changed (its parameters, settings and
 arguments masked as the listings mask them). A write that answered ok
 has its row committed before its answer left, so no ``kill -9`` after
 the answer can lose it; one killed before its row was written never
-answered. A row that cannot be written is logged with what it held, and
+answered. A client that goes away before its answer does not cut the
+write short: it goes on to its end and its row is written with the status
+the answer would have had (web/endpoint.py). A row that cannot be written is logged with what it held, and
 the answer goes out as it was (the change is made: saying otherwise
 would make a client do it twice).
 """
