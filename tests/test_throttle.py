@@ -54,6 +54,62 @@ class ThrottleTests(TestCase):
             throttle.failed(f"10.0.{i // 256}.{i % 256}")
         self.assertLessEqual(len(throttle._failures), 100)
 
+    def refuse(self, throttle, address):
+        for _ in range(throttle.limit + 1):
+            refused = throttle.failed(address)
+        self.assertTrue(refused)
+
+    def test_an_ipv6_client_is_counted_by_its_64(self):
+        # Each wrong password from another address of the same /64.
+        for n in range(10):
+            self.assertFalse(self.throttle.failed(f"2001:db8:0:1::{n + 1:x}"))
+        self.assertTrue(self.throttle.failed("2001:db8:0:1:ffff:ffff:ffff:ffff"))
+        self.assertTrue(self.throttle.refused("2001:db8:0:1::abcd"))
+        self.assertTrue(self.throttle.refused("2001:DB8:0:1::abcd%eth0"))
+        # The next /64 is another network.
+        self.assertFalse(self.throttle.refused("2001:db8:0:2::1"))
+
+    def test_an_ipv4_mapped_address_is_its_ipv4_address(self):
+        for _ in range(5):
+            self.throttle.failed("::ffff:192.0.2.7")
+        for _ in range(6):
+            refused = self.throttle.failed("192.0.2.7")
+        self.assertTrue(refused)
+        self.assertTrue(self.throttle.refused("::ffff:192.0.2.7"))
+        self.assertFalse(self.throttle.refused("192.0.2.8"))
+
+    def test_unix_socket_clients_are_one(self):
+        self.refuse(self.throttle, "unix")
+        self.assertTrue(self.throttle.refused("unix"))
+        self.assertFalse(self.throttle.refused("127.0.0.1"))
+
+    def test_the_cap_never_lifts_a_refusal_before_its_minute_ends(self):
+        throttle = LoginThrottle(self.clock, max_addresses=3)
+        self.refuse(throttle, "10.0.0.1")
+        # Many more addresses refused, and counters of many more, past the
+        # cap: the first refusal stays its minute.
+        for n in range(2, 10):
+            self.refuse(throttle, f"10.0.0.{n}")
+        for n in range(100):
+            throttle.failed(f"10.0.1.{n}")
+        self.clock.advance(59)
+        self.assertTrue(throttle.refused("10.0.0.1"))
+        self.assertLessEqual(len(throttle._failures), 3)
+        self.clock.advance(1)
+        self.assertFalse(throttle.refused("10.0.0.1"))
+        # Ended refusals are forgotten as new ones come.
+        self.refuse(throttle, "10.0.2.1")
+        self.assertEqual(list(throttle._refused), ["10.0.2.1"])
+
+    def test_the_cap_forgets_the_counter_failed_longest_ago(self):
+        throttle = LoginThrottle(self.clock, max_addresses=2)
+        for _ in range(5):
+            throttle.failed("10.0.0.1")
+        throttle.failed("10.0.0.2")
+        throttle.failed("10.0.0.1")      # 10.0.0.1 failed last now
+        throttle.failed("10.0.0.3")
+        self.assertEqual(list(throttle._failures), ["10.0.0.1", "10.0.0.3"])
+
 
 def request_from(host, authorization=None):
     request = DummyRequest([b"x"])
