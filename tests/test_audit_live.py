@@ -177,6 +177,16 @@ class AuditTests(unittest.TestCase):
         kept = [(r["endpoint"], r["target"]) for r in service.audit(project="shop")]
         self.assertEqual(list(reversed(kept)), answered)
 
+    def test_behind_a_trusted_proxy_the_row_has_the_forwarded_address(self):
+        service = Tokens(self, args=("--trusted-proxy", "127.0.0.1"))
+        status, _, body = request(service.daemon.port, "POST", "/schedule.json", {
+            "project": "shop", "spider": "echo", "jobid": "p1"}, headers={
+            "Authorization": "Bearer " + service.secrets["oshop"],
+            "X-Forwarded-For": "10.1.1.1, 203.0.113.5"})
+        self.assertEqual(status, 200, body)
+        [row] = service.audit(project="shop")
+        self.assertEqual((row["target"], row["address"]), ("p1", "203.0.113.5"))
+
     def test_a_backfill_whose_client_went_away_is_done_and_recorded(self):
         self.backfill_left(Tokens(self))
 

@@ -2,12 +2,15 @@
 (web/guard.py): past ten a minute, that address alone gets 429 for a
 minute, before any checker runs."""
 
-from twisted.internet.address import IPv4Address
+from types import SimpleNamespace
+
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 from twisted.web.test.requesthelper import DummyRequest
 
 from netweir_serve.access.throttle import LoginThrottle
+from netweir_serve.web.audit import client_address
 from netweir_serve.web.guard import GuardedResource
 
 from .test_guard import CREDENTIALS, GOOD, basic, tree
@@ -111,12 +114,53 @@ class ThrottleTests(TestCase):
         self.assertEqual(list(throttle._failures), ["10.0.0.1", "10.0.0.3"])
 
 
-def request_from(host, authorization=None):
+def request_from(host, authorization=None, forwarded=None, trusted=()):
+    """A request from ``host`` (``unix``: a Unix socket's client), through
+    a site trusting the proxies ``trusted``, with X-Forwarded-For
+    ``forwarded`` (a list of header values)."""
     request = DummyRequest([b"x"])
-    request.client = IPv4Address("TCP", host, 5000)
+    request.client = (UNIXAddress(b"/run/serve.sock") if host == "unix"
+                      else IPv6Address("TCP", host, 5000) if ":" in host
+                      else IPv4Address("TCP", host, 5000))
+    request.site = SimpleNamespace(trusted_proxies=frozenset(trusted))
     if authorization is not None:
         request.requestHeaders.setRawHeaders(b"authorization", [authorization])
+    if forwarded is not None:
+        request.requestHeaders.setRawHeaders(b"x-forwarded-for", forwarded)
     return request
+
+
+class ClientAddressTests(TestCase):
+    """Who a request is from, for the throttle and the audit
+    (web/audit.client_address), behind a proxy (--trusted-proxy) or not."""
+
+    def test_a_trusted_proxy_gives_the_last_hop_of_x_forwarded_for(self):
+        trusted = {"127.0.0.1"}
+        self.assertEqual(client_address(request_from(
+            "127.0.0.1", forwarded=[b"10.9.9.9, 203.0.113.5"], trusted=trusted)),
+            "203.0.113.5")
+        # Two headers are one list; the hops the client wrote are not read.
+        self.assertEqual(client_address(request_from(
+            "127.0.0.1", forwarded=[b"1.1.1.1", b"2001:db8::7"], trusted=trusted)),
+            "2001:db8::7")
+        # A header that does not end in an address, or none: the proxy's.
+        for forwarded in ([b"10.0.0.1, nonsense"], [b""], None):
+            self.assertEqual(client_address(request_from(
+                "127.0.0.1", forwarded=forwarded, trusted=trusted)), "127.0.0.1")
+
+    def test_an_untrusted_client_cannot_name_another_address(self):
+        self.assertEqual(client_address(request_from(
+            "198.51.100.4", forwarded=[b"10.0.0.1"], trusted={"127.0.0.1"})),
+            "198.51.100.4")
+        self.assertEqual(client_address(request_from("127.0.0.1", forwarded=[b"10.0.0.1"])),
+                         "127.0.0.1")
+
+    def test_a_unix_socket_proxy_and_an_ipv4_mapped_one(self):
+        self.assertEqual(client_address(request_from("unix", forwarded=[b"10.0.0.1"])), "unix")
+        self.assertEqual(client_address(request_from(
+            "unix", forwarded=[b"10.0.0.1"], trusted={"unix"})), "10.0.0.1")
+        self.assertEqual(client_address(request_from(
+            "::ffff:127.0.0.1", forwarded=[b"10.0.0.1"], trusted={"127.0.0.1"})), "10.0.0.1")
 
 
 class DoorTests(TestCase):
@@ -140,6 +184,20 @@ class DoorTests(TestCase):
         self.assertEqual(self.code(request_from("10.0.0.1", GOOD)), 429)
         self.clock.advance(60)
         self.assertEqual(self.code(request_from("10.0.0.1", GOOD)), 200)
+
+    def test_behind_a_trusted_proxy_one_client_is_refused_and_another_served(self):
+        def via_proxy(client, authorization):
+            return self.code(request_from("127.0.0.1", authorization,
+                                          forwarded=[client.encode()], trusted={"127.0.0.1"}))
+
+        codes = [via_proxy("203.0.113.5", WRONG) for _ in range(20)]
+        self.assertEqual(codes, [401] * 10 + [429] * 10)
+        self.assertEqual(via_proxy("198.51.100.4", GOOD), 200)
+        self.assertEqual(via_proxy("203.0.113.5", GOOD), 429)
+
+    def test_a_unix_socket_client_is_throttled_too(self):
+        codes = [self.code(request_from("unix", WRONG)) for _ in range(12)]
+        self.assertEqual(codes, [401] * 10 + [429] * 2)
 
     def test_a_request_without_credentials_is_no_failure(self):
         codes = [self.code(request_from("10.0.0.1")) for _ in range(50)]

@@ -48,6 +48,20 @@ def counted_as(address):
     return str(ip)
 
 
+def same_address(text):
+    """``text`` (an address, or ``unix``) as --trusted-proxy compares it:
+    an IP address in its short form (an IPv4-mapped one as IPv4), ``unix``
+    itself; None for anything else."""
+    if text == "unix":
+        return text
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped if mapped is not None else ip)
+
+
 class LoginThrottle:
     """Counts failures by address on ``clock`` (IReactorTime); an address
     with more than ``limit`` in ``window`` seconds is ``refused`` for

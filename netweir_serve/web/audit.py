@@ -20,6 +20,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..access.roles import identity_of
+from ..access.throttle import same_address
 from ..store.audit_records import AuditEntry
 from .views import masked, shown_settings
 
@@ -33,11 +34,24 @@ MAX_KEYS = 50
 
 def client_address(request):
     """The client's address as the audit and the throttle name it (a
-    Unix socket's clients are one: ``unix``)."""
+    Unix socket's clients are one: ``unix``). A request from a trusted
+    proxy (--trusted-proxy: the ``trusted_proxies`` of the request's site)
+    is from the last hop its X-Forwarded-For names, the address the proxy
+    saw (nginx's ``$proxy_add_x_forwarded_for`` appends it); the hops
+    before it are the client's word and are not read. A header missing or
+    not ending in an address leaves the proxy's own address."""
     get = getattr(request, "getClientAddress", None)
     address = get() if get is not None else None
     host = getattr(address, "host", None)
-    return host if host is not None else "unix"
+    host = host if host is not None else "unix"
+    trusted = getattr(getattr(request, "site", None), "trusted_proxies", ())
+    if trusted and same_address(host) in trusted:
+        forwarded = request.requestHeaders.getRawHeaders(b"x-forwarded-for") or ()
+        hops = b",".join(forwarded).decode("latin-1").split(",")
+        last = same_address(hops[-1].strip())
+        if last is not None and last != "unix":
+            return last
+    return host
 
 
 def _short(value):
