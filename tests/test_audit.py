@@ -82,6 +82,64 @@ class AuditLogTests(TestCase):
         self.assertFalse(written.called)
 
 
+class TokenCommandTests(TestCase):
+    """``netweir-serve token``'s changes and their audit rows: one
+    transaction, so neither is ever kept without the other."""
+
+    def setUp(self):
+        self.path = os.path.abspath(self.mktemp())
+        self.clock = Clock()
+        self.store = SQLiteJobStore(self.path, self.clock)
+        self.addCleanup(self.store.close)
+
+    def token(self, *argv):
+        from netweir_serve.access import commands
+        out, err = io.StringIO(), io.StringIO()
+        code = self.successResultOf(commands.run(commands.parse(list(argv)), self.store,
+                                                 self.clock, out, err))
+        return code, out.getvalue(), err.getvalue()
+
+    def break_the_audit(self):
+        import sqlite3
+        connection = sqlite3.connect(self.path)
+        connection.execute("ALTER TABLE audit RENAME TO audit_gone")
+        connection.commit()
+        connection.close()
+
+    def names(self):
+        return [t.name for t in self.successResultOf(self.store.tokens())]
+
+    def test_each_change_has_its_row_by_the_user_the_command_runs_as(self):
+        import pwd
+        self.assertEqual(self.token("add", "ci", "--role", "admin")[0], 0)
+        self.assertEqual(self.token("rotate", "ci")[0], 0)
+        self.assertEqual(self.token("revoke", "ci")[0], 0)
+        self.assertEqual(self.token("revoke", "ci")[0], 2)
+        rows = self.successResultOf(self.store.audit(every=True))
+        self.assertEqual([(r.endpoint, r.target, r.status) for r in rows], [
+            ("token revoke", "ci", 404), ("token revoke", "ci", 200),
+            ("token rotate", "ci", 200), ("token add", "ci", 200)])
+        self.assertEqual({r.who for r in rows}, {pwd.getpwuid(os.geteuid()).pw_name})
+
+    def test_a_row_that_cannot_be_written_keeps_the_change_from_being_made(self):
+        self.assertEqual(self.token("add", "kept", "--role", "admin")[0], 0)
+        self.break_the_audit()
+        code, out, _ = self.token("add", "ci", "--role", "admin")
+        self.assertEqual((code, out), (1, ""))
+        self.assertEqual(self.token("rotate", "kept")[:2], (1, ""))
+        self.assertEqual(self.token("revoke", "kept")[0], 1)
+        self.assertEqual(self.names(), ["kept"])
+        [token] = self.successResultOf(self.store.tokens())
+        self.assertIsNone(token.previous_hash)
+
+    def test_who_is_the_effective_user_not_logname(self):
+        import pwd
+
+        from netweir_serve.access import commands
+        self.patch(os, "environ", {**os.environ, "LOGNAME": "mallory", "USER": "mallory"})
+        self.assertEqual(commands._who(), pwd.getpwuid(os.geteuid()).pw_name)
+
+
 class PruneTests(TestCase):
     def setUp(self):
         self.clock = Clock()

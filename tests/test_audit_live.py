@@ -6,10 +6,10 @@ passwords, one address refused while another is served meanwhile.
 """
 
 import base64
-import getpass
 import http.client
 import json
 import os
+import pwd
 import tempfile
 import threading
 import time
@@ -150,7 +150,7 @@ class AuditTests(unittest.TestCase):
         everything = service.audit(limit="1000")
         tokens = [r for r in everything if r["endpoint"] == "token add"]
         self.assertEqual(sorted(r["target"] for r in tokens), ["oshop", "root", "vshop"])
-        self.assertEqual({r["who"] for r in tokens}, {getpass.getuser()})
+        self.assertEqual({r["who"] for r in tokens}, {pwd.getpwuid(os.geteuid()).pw_name})
         self.assertIn(("root", "schedule.json", "news", "n1", 200), rows_of(everything))
 
     def test_kill_9_right_after_a_write_answered_ok_loses_no_audit_row(self):
