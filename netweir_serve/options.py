@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from twisted.python import usage
 
 from . import __version__
+from .access.throttle import same_address
 from .health.checks import HEALTHS
 from .jobs.outcomes import REASONS
 from .store.records import OUTCOMES
@@ -76,6 +77,9 @@ class ServeConfig:
     # Wrong credentials an address may give in a minute before it is
     # refused (429) for a minute (access.throttle).
     max_auth_failures: int = 10
+    # Proxies whose X-Forwarded-For names the client, for the throttle
+    # and the audit (--trusted-proxy; web/audit.client_address).
+    trusted_proxies: tuple = ()
     credentials: tuple = None
     # More twisted.cred checkers of basic auth (a .tac file plugs them in).
     checkers: tuple = ()
@@ -355,6 +359,7 @@ class ServeOptions(usage.Options):
         self["notify"] = []
         self["notify-on"] = OUTCOMES
         self["policy"] = []
+        self["trusted-proxy"] = []
 
     def parseOptions(self, options=None):
         if self.parent is None:
@@ -401,6 +406,14 @@ class ServeOptions(usage.Options):
         except PolicyError as e:
             raise usage.UsageError(e.message) from None
         self["policy"].append(rule)
+
+    def opt_trusted_proxy(self, address):
+        """a proxy in front of the service (nginx) by its IP address, or unix for every client of a Unix socket: its requests are from the last address of their X-Forwarded-For, for the wrong-credentials throttle and the audit; give it once per proxy"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
+        shown = same_address(address.strip())
+        if shown is None:
+            raise usage.UsageError(f"--trusted-proxy: {address!r} is not an IP address"
+                                   " (nor unix)")
+        self["trusted-proxy"].append(shown)
 
     def opt_listen(self, description):
         """listen on this Twisted endpoint description (tcp:6800:interface=127.0.0.1, ssl:6443:privateKey=key.pem:certKey=cert.pem, unix:/run/netweir-serve.sock:mode=660, systemd:domain=INET:index=0); give it once per endpoint, in place of --bind and --port"""  # noqa: E501 - usage.Options keeps a docstring's line breaks
@@ -507,6 +520,7 @@ class ServeOptions(usage.Options):
             keep=self["keep"],
             keep_audit=self["keep-audit"],
             max_auth_failures=self["max-auth-failures"],
+            trusted_proxies=tuple(self["trusted-proxy"]),
             credentials=self["credentials"],
             checkers=self.checkers,
             insecure_no_auth=bool(self["insecure-no-auth"]),

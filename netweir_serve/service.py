@@ -98,6 +98,9 @@ class QuietSite(server.Site):
     # Off unless debug logging is on: building an event the filter then
     # drops costs about a tenth of answering daemonstatus.json.
     log_requests = False
+    # The proxies whose X-Forwarded-For names the client (--trusted-proxy:
+    # web/audit.client_address), each as web/audit.same_address gives it.
+    trusted_proxies = frozenset()
 
     def log(self, request):
         if not self.log_requests:
@@ -545,6 +548,7 @@ def _listening(config, reactor, root, tokens=None):
         site = QuietSite(guard, requestFactory=ServeRequest, reactor=reactor)
         site.displayTracebacks = False
         site.log_requests = config.log_level == "debug"
+        site.trusted_proxies = frozenset(config.trusted_proxies)
         factory = limit(site, reactor, deadline=config.request_deadline, caps=caps, tls=tls)
         factory.noisy = False
         found.append(Listening(listener, endpoint, factory, tls, reach))

@@ -34,6 +34,21 @@ class ChangeTests(TestCase):
         self.assertNotIn("hunter2", repr(change))
         self.assertNotIn("KEY", repr(change))
 
+    def test_http_auth_is_masked_however_its_key_is_spelled(self):
+        # HTTP_AUTH is http_auth (names.setting_name); http_Auth is refused
+        # by the checks, but its refusal is recorded too.
+        change = change_of(Params([
+            ("setting", "HTTP_AUTH=alice:s3cret"), ("setting", "http_Auth=bob:s3cret"),
+            ("setting", " http_auth =carol:s3cret")]))
+        self.assertEqual(change["settings"], {
+            "HTTP_AUTH": "alice:***", "http_Auth": "bob:***", " http_auth ": "carol:***"})
+        self.assertNotIn("s3cret", repr(change))
+
+    def test_a_listing_masks_http_auth_however_its_key_is_spelled(self):
+        from netweir_serve.web.views import shown_settings
+        self.assertEqual(shown_settings([("HTTP_AUTH", "alice:s3cret")]),
+                         {"HTTP_AUTH": "alice:***"})
+
     def test_a_long_value_is_cut(self):
         change = change_of(Params([("category", "x" * 5000)]))
         self.assertEqual(len(change["category"]), MAX_VALUE + 1)
@@ -65,6 +80,64 @@ class AuditLogTests(TestCase):
         d.addErrback(lambda f: f.trap(defer.CancelledError))
         d.cancel()
         self.assertFalse(written.called)
+
+
+class TokenCommandTests(TestCase):
+    """``netweir-serve token``'s changes and their audit rows: one
+    transaction, so neither is ever kept without the other."""
+
+    def setUp(self):
+        self.path = os.path.abspath(self.mktemp())
+        self.clock = Clock()
+        self.store = SQLiteJobStore(self.path, self.clock)
+        self.addCleanup(self.store.close)
+
+    def token(self, *argv):
+        from netweir_serve.access import commands
+        out, err = io.StringIO(), io.StringIO()
+        code = self.successResultOf(commands.run(commands.parse(list(argv)), self.store,
+                                                 self.clock, out, err))
+        return code, out.getvalue(), err.getvalue()
+
+    def break_the_audit(self):
+        import sqlite3
+        connection = sqlite3.connect(self.path)
+        connection.execute("ALTER TABLE audit RENAME TO audit_gone")
+        connection.commit()
+        connection.close()
+
+    def names(self):
+        return [t.name for t in self.successResultOf(self.store.tokens())]
+
+    def test_each_change_has_its_row_by_the_user_the_command_runs_as(self):
+        import pwd
+        self.assertEqual(self.token("add", "ci", "--role", "admin")[0], 0)
+        self.assertEqual(self.token("rotate", "ci")[0], 0)
+        self.assertEqual(self.token("revoke", "ci")[0], 0)
+        self.assertEqual(self.token("revoke", "ci")[0], 2)
+        rows = self.successResultOf(self.store.audit(every=True))
+        self.assertEqual([(r.endpoint, r.target, r.status) for r in rows], [
+            ("token revoke", "ci", 404), ("token revoke", "ci", 200),
+            ("token rotate", "ci", 200), ("token add", "ci", 200)])
+        self.assertEqual({r.who for r in rows}, {pwd.getpwuid(os.geteuid()).pw_name})
+
+    def test_a_row_that_cannot_be_written_keeps_the_change_from_being_made(self):
+        self.assertEqual(self.token("add", "kept", "--role", "admin")[0], 0)
+        self.break_the_audit()
+        code, out, _ = self.token("add", "ci", "--role", "admin")
+        self.assertEqual((code, out), (1, ""))
+        self.assertEqual(self.token("rotate", "kept")[:2], (1, ""))
+        self.assertEqual(self.token("revoke", "kept")[0], 1)
+        self.assertEqual(self.names(), ["kept"])
+        [token] = self.successResultOf(self.store.tokens())
+        self.assertIsNone(token.previous_hash)
+
+    def test_who_is_the_effective_user_not_logname(self):
+        import pwd
+
+        from netweir_serve.access import commands
+        self.patch(os, "environ", {**os.environ, "LOGNAME": "mallory", "USER": "mallory"})
+        self.assertEqual(commands._who(), pwd.getpwuid(os.geteuid()).pw_name)
 
 
 class PruneTests(TestCase):
@@ -164,12 +237,62 @@ class AuditedEndpointTests(TestCase):
         [row] = self.successResultOf(self.store.audit())
         self.assertEqual((row.target, row.status), ("j1", 409))
 
-    def test_a_client_gone_before_the_answer_is_no_error_and_no_row(self):
+    def test_a_client_gone_before_the_answer_leaves_the_write_going_and_its_row(self):
+        # The write goes on to its end (a store's transaction under way
+        # may commit whatever its Deferred says), and its row is written
+        # with the status its answer would have had.
         failures = []
         from netweir_serve.web import endpoint as module
         self.patch(module.log, "failure", lambda *a, **kw: failures.append(a))
         waiting = Waiting()
         request, body = self.post(self.endpoint(lambda params: waiting), project="shop")
         request.processingFailed(Exception("the client went away"))
-        self.assertTrue(waiting.called)
-        self.assertEqual((failures, self.successResultOf(self.store.audit())), ([], []))
+        self.assertFalse(waiting.called)
+        written = list(request.written)
+        waiting.callback({"jobid": "j1"})
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.project, row.target, row.status), ("shop", "j1", 200))
+        self.assertEqual((failures, request.written), ([], written))
+
+    def test_a_refusal_after_the_client_went_away_is_recorded_too(self):
+        from netweir_serve.web.params import ApiError
+        waiting = Waiting()
+        request, _ = self.post(self.endpoint(lambda params: waiting), project="shop", job="j1")
+        request.processingFailed(Exception("the client went away"))
+        waiting.errback(ApiError(409, "taken"))
+        [row] = self.successResultOf(self.store.audit())
+        self.assertEqual((row.target, row.status), ("j1", 409))
+
+
+class SubmitCancelledTests(TestCase):
+    """A submit cancelled while its job is being queued keeps the job's
+    folders: the store's transaction may have committed (PostgreSQL's
+    runInteraction goes on whatever its Deferred says)."""
+
+    def test_the_folders_stay_when_the_queueing_is_cancelled(self):
+        from types import SimpleNamespace
+
+        from netweir_serve.jobs.submit import JobRequest, JobSubmitter
+
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(os.path.join(directory, "data", "shop"))
+        project = SimpleNamespace(name="shop")
+        projects = SimpleNamespace(get=lambda name: project, names=lambda: ["shop"])
+        queued = Waiting()
+
+        class Reader:
+            def checkJob(self, project, spider, settings, arguments, spelled):
+                return defer.succeed(SimpleNamespace(spider=spider, spider_file="books.py"))
+
+        class Scheduler:
+            def schedule(self, checked, **options):
+                return queued
+
+        submitter = JobSubmitter(projects, None, Scheduler(), Reader(), directory)
+        d = submitter.submit(JobRequest(project="shop", spider="books",
+                                        settings=(("warc", "runs/x.warc"),)))
+        self.assertTrue(os.path.isdir(os.path.join(directory, "data", "shop", "runs")))
+        d.cancel()
+        self.failureResultOf(d, defer.CancelledError)
+        self.assertTrue(queued.called)
+        self.assertTrue(os.path.isdir(os.path.join(directory, "data", "shop", "runs")))

@@ -6,12 +6,14 @@ passwords, one address refused while another is served meanwhile.
 """
 
 import base64
-import getpass
 import http.client
 import json
 import os
+import pwd
 import tempfile
 import threading
+import time
+import urllib.parse
 
 from twisted.trial import unittest
 
@@ -148,7 +150,7 @@ class AuditTests(unittest.TestCase):
         everything = service.audit(limit="1000")
         tokens = [r for r in everything if r["endpoint"] == "token add"]
         self.assertEqual(sorted(r["target"] for r in tokens), ["oshop", "root", "vshop"])
-        self.assertEqual({r["who"] for r in tokens}, {getpass.getuser()})
+        self.assertEqual({r["who"] for r in tokens}, {pwd.getpwuid(os.geteuid()).pw_name})
         self.assertIn(("root", "schedule.json", "news", "n1", 200), rows_of(everything))
 
     def test_kill_9_right_after_a_write_answered_ok_loses_no_audit_row(self):
@@ -174,6 +176,56 @@ class AuditTests(unittest.TestCase):
             daemon.start()
         kept = [(r["endpoint"], r["target"]) for r in service.audit(project="shop")]
         self.assertEqual(list(reversed(kept)), answered)
+
+    def test_behind_a_trusted_proxy_the_row_has_the_forwarded_address(self):
+        service = Tokens(self, args=("--trusted-proxy", "127.0.0.1"))
+        status, _, body = request(service.daemon.port, "POST", "/schedule.json", {
+            "project": "shop", "spider": "echo", "jobid": "p1"}, headers={
+            "Authorization": "Bearer " + service.secrets["oshop"],
+            "X-Forwarded-For": "10.1.1.1, 203.0.113.5"})
+        self.assertEqual(status, 200, body)
+        [row] = service.audit(project="shop")
+        self.assertEqual((row["target"], row["address"]), ("p1", "203.0.113.5"))
+
+    def test_a_backfill_whose_client_went_away_is_done_and_recorded(self):
+        self.backfill_left(Tokens(self))
+
+    def test_a_backfill_whose_client_went_away_is_done_and_recorded_on_postgresql(self):
+        from . import pg
+        self.backfill_left(Tokens(self, jobs_db=pg.fresh_url(self)))
+
+    def backfill_left(self, service):
+        # The client sends a backfill of 90 due times and goes away at once:
+        # the backfill is not cut short by its leaving (no job of it half
+        # queued, no data folder undone), and its row says what was done.
+        status, answer = service.ask("oshop", "POST", "addschedule.json", {
+            "project": "shop", "spider": "echo", "every": "1m", "name": "tick"})
+        self.assertEqual(status, 200, answer)
+        now = time.time()
+        start = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now - 92 * 60))
+        end = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now - 2 * 60))
+        body = urllib.parse.urlencode({"project": "shop", "name": "tick", "from": start,
+                                       "to": end}).encode()
+        connection = http.client.HTTPConnection("127.0.0.1", service.daemon.port, timeout=30)
+        connection.request("POST", "/backfillschedule.json", body=body, headers={
+            "Authorization": "Bearer " + service.secrets["oshop"],
+            "Content-Type": "application/x-www-form-urlencoded"})
+        connection.close()
+        deadline = time.monotonic() + 120
+        while True:
+            rows = [r for r in service.audit(project="shop")
+                    if r["endpoint"] == "backfillschedule.json"]
+            if rows or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        [row] = rows
+        self.assertEqual((row["who"], row["target"], row["status"]), ("oshop", "tick", 200))
+        _, jobs = service.ask("root", "GET", "listjobs.json", {"project": "shop"})
+        listed = {e["id"] for state in ("pending", "running", "finished")
+                  for e in jobs[state]}
+        # (The schedule's own firings may have queued one more since.)
+        self.assertEqual(len(row["change"]["queued"]), 90)
+        self.assertLessEqual(set(row["change"]["queued"]), listed)
 
 
 def ask_from(source, port, authorization):

@@ -35,6 +35,16 @@ class ParsingTests(unittest.TestCase):
         self.assertEqual(len(config.projects), 0)
         self.assertIn("no --project", config.warnings()[0])
 
+    def test_trusted_proxies_are_repeated_and_each_an_address(self):
+        self.assertEqual(parse().config().trusted_proxies, ())
+        config = parse("--trusted-proxy", "127.0.0.1", "--trusted-proxy", "::FFFF:10.0.0.1",
+                       "--trusted-proxy", "2001:DB8::1", "--trusted-proxy", "unix").config()
+        self.assertEqual(config.trusted_proxies, ("127.0.0.1", "10.0.0.1", "2001:db8::1", "unix"))
+        for bad in ("nginx.local", "10.0.0.0/8", ""):
+            with self.assertRaises(usage.UsageError) as refused:
+                parse("--trusted-proxy", bad)
+            self.assertIn("--trusted-proxy", str(refused.exception))
+
     def test_bare_paths_are_named_after_directory_and_file_stem(self):
         config = parse("--project", os.path.join(self.base, "spiders") + "/",
                        "--project", self.file).config()

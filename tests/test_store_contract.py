@@ -1896,6 +1896,34 @@ class TokenStoreContract:
         self.assertEqual([n.kind for n in heard if n.kind == notices.TOKEN], [])
 
     @defer.inlineCallbacks
+    def test_a_change_and_its_audit_row_are_one_transaction(self):
+        def row(status):
+            return lambda record: AuditEntry(
+                time=100.0, who="root", endpoint="token x", target="ci",
+                change={"role": record.role} if record else None, status=status)
+
+        def broken(record):
+            raise RuntimeError("the row cannot be made")
+
+        yield self.store.add_token(token(), audit=row(200))
+        yield self.store.rotate_token("ci", "h2", None, audit=row(201))
+        # None from the function: nothing to record (no such token).
+        self.assertIsNone((yield self.store.rotate_token("nobody", "h", None,
+                                                         audit=lambda r: None)))
+        yield self.assertFailure(self.store.add_token(token("other"), audit=broken), Exception)
+        yield self.assertFailure(self.store.rotate_token("ci", "h3", None, audit=broken),
+                                 Exception)
+        yield self.assertFailure(self.store.revoke_token("ci", audit=broken), Exception)
+        self.assertEqual([(t.name, t.hash) for t in (yield self.store.tokens())],
+                         [("ci", "h2")])
+        yield self.store.revoke_token("ci", audit=row(202))
+        self.assertEqual((yield self.store.tokens()), [])
+        rows = yield self.store.audit(every=True)
+        self.assertEqual([(r.status, r.change) for r in rows],
+                         [(202, {"role": "viewer"}), (201, {"role": "viewer"}),
+                          (200, {"role": "viewer"})])
+
+    @defer.inlineCallbacks
     def test_a_token_added_by_one_store_is_read_by_another(self):
         other = yield self.open(self.make_second_store)
         yield self.store.add_token(token())

@@ -8,12 +8,15 @@ A secret is printed once, alone on a line of standard output, so that
 Exit status 0, 1 when the job table cannot be used, 2 for bad input.
 
 Every add, revoke and rotation, done or refused, is a row of the audit
-(endpoint ``token add``...; who: the OS user, or ``cli``), written before
-the command says it is done (a secret is printed once its row is in).
+(endpoint ``token add``...; who: the OS user the command runs as, or
+``cli``). A change is written in one transaction with its row (never one
+without the other), before the command says it is done (a secret is
+printed once both are in).
 """
 
 import argparse
-import getpass
+import os
+import pwd
 import sys
 from datetime import datetime, timezone
 
@@ -144,11 +147,11 @@ def _add(arguments, store, wall, out, err):
     secret = new_secret(arguments.name)
     now = wall.seconds()
     expires = None if arguments.expires is None else now + arguments.expires
+    change = {"role": arguments.role, "projects": list(arguments.project), "expires": expires}
     yield store.add_token(TokenRecord(
         name=arguments.name, role=arguments.role, projects=tuple(arguments.project),
-        created=now, expires=expires, hash=hash_secret(secret)))
-    yield _audit(store, wall, arguments, 200, {
-        "role": arguments.role, "projects": list(arguments.project), "expires": expires})
+        created=now, expires=expires, hash=hash_secret(secret)),
+        audit=lambda added: _entry(wall, arguments, 200, change))
     out.write(secret + "\n")
     err.write(f"{PROG}: added {arguments.name} ({_what(arguments.role, arguments.project)},"
               f" expires {shown_time(expires)}); its secret is shown this once\n")
@@ -167,10 +170,10 @@ def _list(arguments, store, wall, out, err):
 
 @defer.inlineCallbacks
 def _revoke(arguments, store, wall, out, err):
-    gone = yield store.revoke_token(arguments.name)
+    gone = yield store.revoke_token(arguments.name, audit=lambda gone: None if gone is None
+                                    else _entry(wall, arguments, 200, {"role": gone.role}))
     if gone is None:
         raise BadInput(f"no token named {arguments.name!r}")
-    yield _audit(store, wall, arguments, 200, {"role": gone.role})
     err.write(f"{PROG}: revoked {gone.name}\n")
 
 
@@ -182,29 +185,38 @@ def _rotate(arguments, store, wall, out, err):
     if found is None:
         raise BadInput(f"no token named {arguments.name!r}")
     secret = new_secret(found.name)
-    rotated = yield store.rotate_token(found.name, hash_secret(secret), until)
+    rotated = yield store.rotate_token(
+        found.name, hash_secret(secret), until, audit=lambda rotated: None if rotated is None
+        else _entry(wall, arguments, 200, {"grace_until": until}))
     if rotated is None:
         raise BadInput(f"no token named {arguments.name!r}")
-    yield _audit(store, wall, arguments, 200, {"grace_until": until})
     out.write(secret + "\n")
     err.write(f"{PROG}: rotated {rotated.name}; the old secret works"
               f" {'until ' + shown_time(until) if until else 'no more'}\n")
 
 
 def _who():
-    """Who runs the command, as the audit names them."""
+    """Who runs the command, as the audit names them: the user of the
+    process's effective uid (not getpass's LOGNAME or USER, which whoever
+    runs it may set to any name), or ``cli`` when it has no passwd entry."""
     try:
-        return getpass.getuser()
-    except Exception:  # no user name to be found (no passwd entry, no LOGNAME)
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
         return "cli"
 
 
-def _audit(store, wall, arguments, status, change=None):
-    """A Deferred of the audit row of ``arguments``' command written
-    (store.audit_table): never a secret, the token's name and role."""
-    return store.add_audit(AuditEntry(
+def _entry(wall, arguments, status, change=None):
+    """The audit row of ``arguments``' command: never a secret, the
+    token's name and role."""
+    return AuditEntry(
         time=wall.seconds(), who=_who(), address=None, endpoint=f"token {arguments.command}",
-        project=None, target=arguments.name, change=change, status=status))
+        project=None, target=arguments.name, change=change, status=status)
+
+
+def _audit(store, wall, arguments, status, change=None):
+    """A Deferred of the audit row of a refused command written
+    (store.audit_table)."""
+    return store.add_audit(_entry(wall, arguments, status, change))
 
 
 # The commands that change the tokens: audited.

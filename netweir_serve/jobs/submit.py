@@ -130,6 +130,12 @@ class JobSubmitter:
                 checked, jobid=request.jobid, priority=request.priority,
                 schedule=request.schedule, locks=locks, policy=policy.to_json(),
                 upstream=request.upstream, by=queued_by(request))
+        except defer.CancelledError:
+            # Cancelled while the job was being queued: its transaction may
+            # have committed all the same (PostgreSQL's runInteraction has no
+            # canceller), and a queued job needs its folders. Folders left
+            # for a job that was not queued are empty and harmless.
+            raise
         except BaseException:
             prepared.undo()
             raise

@@ -257,10 +257,10 @@ class ITokenStore(Interface):
     def get_token(name):
         """The TokenRecord named ``name``, or None."""
 
-    def revoke_token(name):
+    def revoke_token(name, audit=None):
         """Deletes the token; the TokenRecord it was, or None if there was none."""
 
-    def rotate_token(name, new_hash, previous_until):
+    def rotate_token(name, new_hash, previous_until, audit=None):
         """Gives the token ``new_hash``; its hash until now stays valid
         until ``previous_until`` (epoch seconds; None: not at all). The new
         TokenRecord, or None if there is no such token."""

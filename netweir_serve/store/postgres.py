@@ -251,6 +251,11 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
     _read_statements = _read
 
     def _run(self, work, what):
+        # A cancel of the Deferred returned does not stop the work:
+        # runInteraction has no canceller, so the Deferred says
+        # CancelledError while the transaction goes on and may commit. A
+        # caller never cancels a write (web/endpoint.py shields them, and
+        # jobs/submit.py keeps a job's folders when queueing it is cancelled).
         if self._closed:
             return defer.fail(StoreError("the job table is closed"))
         d = self._pool.runInteraction(self._transaction, work)

@@ -5,11 +5,17 @@ schedule_table.ScheduleTable is, run the same way (``_write_statements``,
 ``_read_statements``; psycopg's named placeholders). Every change sends a
 TOKEN notice, so the other nodes of a cluster read the tokens again at
 once (a revocation takes effect everywhere within a second).
+
+Each change takes ``audit``: a function of the TokenRecord changed (None
+when there was none) giving the audit row (an AuditEntry) to write in the
+same transaction, or None; a change is then never kept without its row,
+nor its row without it.
 """
 
 import json
 
 from ..names import fold
+from .audit_table import insert_audit
 from .notices import TOKEN
 from .token_records import DuplicateToken, TokenRecord
 
@@ -27,12 +33,21 @@ def _token(row):
     return TokenRecord(**values)
 
 
+def _audited(tx, record, audit):
+    """``record``, once the audit row ``audit`` gives for it (if any) is
+    written in ``tx``."""
+    entry = audit(record) if audit is not None else None
+    if entry is not None:
+        insert_audit(tx, entry)
+    return record
+
+
 class TokenTable:
     """ITokenStore's methods, for a job store (see the module)."""
 
     _name_taken = None       # the exception class of a unique key taken
 
-    def add_token(self, record):
+    def add_token(self, record, audit=None):
         values = {name: getattr(record, name) for name in _COLUMNS}
         values.update(key=fold(record.name), projects=json.dumps(list(record.projects)))
 
@@ -44,7 +59,7 @@ class TokenTable:
             except self._name_taken:
                 raise DuplicateToken(record.name) from None
             tx.changed(TOKEN)
-            return _token(row)
+            return _audited(tx, _token(row), audit)
 
         return self._write_statements(insert)
 
@@ -56,18 +71,19 @@ class TokenTable:
         return self._read_statements(lambda tx: _token(tx.one(
             f"SELECT {_SELECT} FROM tokens WHERE {_BY_KEY}", {"key": fold(name)})))
 
-    def revoke_token(self, name):
-        return self._write_statements(lambda tx: self._token_changed(tx, tx.one(
-            f"DELETE FROM tokens WHERE {_BY_KEY} RETURNING {_SELECT}", {"key": fold(name)})))
+    def revoke_token(self, name, audit=None):
+        return self._write_statements(lambda tx: _audited(tx, self._token_changed(tx, tx.one(
+            f"DELETE FROM tokens WHERE {_BY_KEY} RETURNING {_SELECT}", {"key": fold(name)})),
+            audit))
 
-    def rotate_token(self, name, new_hash, previous_until):
+    def rotate_token(self, name, new_hash, previous_until, audit=None):
         # The old hash stays valid until previous_until (None or a time
         # already past: not at all); a rotation during a grace ends the
         # grace of the secret before (only one previous secret is kept).
-        return self._write_statements(lambda tx: self._token_changed(tx, tx.one(
+        return self._write_statements(lambda tx: _audited(tx, self._token_changed(tx, tx.one(
             "UPDATE tokens SET previous_hash = hash, previous_until = %(until)s,"
             f" hash = %(hash)s WHERE {_BY_KEY} RETURNING {_SELECT}",
-            {"key": fold(name), "hash": new_hash, "until": previous_until})))
+            {"key": fold(name), "hash": new_hash, "until": previous_until})), audit))
 
     def tokens_used(self, used):
         """``used``: {name: epoch seconds}. A time earlier than the one kept

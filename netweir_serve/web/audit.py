@@ -9,7 +9,9 @@ where, what it named and what it changed (its parameters, settings and
 arguments masked as the listings mask them). A write that answered ok
 has its row committed before its answer left, so no ``kill -9`` after
 the answer can lose it; one killed before its row was written never
-answered. A row that cannot be written is logged with what it held, and
+answered. A client that goes away before its answer does not cut the
+write short: it goes on to its end and its row is written with the status
+the answer would have had (web/endpoint.py). A row that cannot be written is logged with what it held, and
 the answer goes out as it was (the change is made: saying otherwise
 would make a client do it twice).
 """
@@ -18,6 +20,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..access.roles import identity_of
+from ..access.throttle import same_address
 from ..store.audit_records import AuditEntry
 from .views import masked, shown_settings
 
@@ -31,11 +34,24 @@ MAX_KEYS = 50
 
 def client_address(request):
     """The client's address as the audit and the throttle name it (a
-    Unix socket's clients are one: ``unix``)."""
+    Unix socket's clients are one: ``unix``). A request from a trusted
+    proxy (--trusted-proxy: the ``trusted_proxies`` of the request's site)
+    is from the last hop its X-Forwarded-For names, the address the proxy
+    saw (nginx's ``$proxy_add_x_forwarded_for`` appends it); the hops
+    before it are the client's word and are not read. A header missing or
+    not ending in an address leaves the proxy's own address."""
     get = getattr(request, "getClientAddress", None)
     address = get() if get is not None else None
     host = getattr(address, "host", None)
-    return host if host is not None else "unix"
+    host = host if host is not None else "unix"
+    trusted = getattr(getattr(request, "site", None), "trusted_proxies", ())
+    if trusted and same_address(host) in trusted:
+        forwarded = request.requestHeaders.getRawHeaders(b"x-forwarded-for") or ()
+        hops = b",".join(forwarded).decode("latin-1").split(",")
+        last = same_address(hops[-1].strip())
+        if last is not None and last != "unix":
+            return last
+    return host
 
 
 def _short(value):

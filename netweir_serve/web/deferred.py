@@ -4,7 +4,8 @@ A Deferred that has fired before the handler returns (a cached answer, a
 store answering at once in unit tests) is answered in the same call, as a
 plain value would be. One that has not (the store answers from its own
 thread) is answered when it fires, and cancelled if the client goes away
-first (a reader process checking a spider stops then).
+first (a reader process checking a spider stops then), unless it is
+``shielded``: a write goes on to its end whoever waits for it.
 """
 
 from twisted.internet import defer
@@ -39,3 +40,22 @@ def render_result(request, result, write, fail):
 
     request.notifyFinish().addErrback(went_away)
     return NOT_DONE_YET
+
+
+def shielded(deferred):
+    """A Deferred of ``deferred``'s outcome whose cancel does not reach
+    ``deferred``: the one cancelling hears CancelledError at once, the work
+    goes on to its end (its outcome, once it has one, goes nowhere).
+
+    For a write: a store's Deferred cancelled mid-way may say
+    CancelledError of a transaction that commits (adbapi's runInteraction
+    has no canceller), so a write is never cancelled, only left."""
+    out = defer.Deferred()
+
+    def passed(outcome):
+        # Once ``out`` is cancelled nobody waits: a failure ends here.
+        if not out.called:
+            out.callback(outcome)
+
+    deferred.addBoth(passed)
+    return out

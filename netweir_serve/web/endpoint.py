@@ -6,7 +6,7 @@ from twisted.web.resource import Resource
 
 from .answer import ok_body, write_error, write_json
 from .audit import change_of
-from .deferred import render_result
+from .deferred import render_result, shielded
 from .params import ApiError, Params
 
 log = Logger()
@@ -58,7 +58,14 @@ class JsonEndpoint(Resource):
 
     def _render_audited(self, request):
         """As render, with the answer's audit row committed before the
-        answer is sent, whatever the answer is."""
+        answer is sent, whatever the answer is.
+
+        A write is never cancelled by its client going away: it goes on to
+        its end, and its row is written with the status its answer would
+        have had (the change is made or refused whether anyone hears of
+        it). Cancelling it would not undo it: a store's transaction under
+        way may commit while its Deferred says CancelledError (PostgreSQL),
+        and the row would be lost."""
         kept = {"params": None, "result": None}
 
         def answer():
@@ -69,18 +76,12 @@ class JsonEndpoint(Resource):
             kept["result"] = result if isinstance(result, dict) else None
             return write_json(request, self._body(result))
 
-        def failed(failure):
-            if failure.check(defer.CancelledError):
-                # The client went away before an answer: nothing to say,
-                # nothing done that needs a row (a submit undoes itself).
-                return failure
-            return self._failed(failure, request)
-
         d = defer.maybeDeferred(answer)
-        d.addCallbacks(answered, failed)
+        d.addCallbacks(answered, lambda failure: self._failed(failure, request))
         d.addCallback(lambda body: self.audited_answer(request, body, kept["params"],
                                                        kept["result"]))
-        return render_result(request, d, lambda body: body, lambda f: self._failed(f, request))
+        return render_result(request, shielded(d), lambda body: body,
+                             lambda f: self._failed(f, request))
 
     def audited_answer(self, request, body, params, result=None):
         """A Deferred of ``body`` (an answer whose code is set on

@@ -55,7 +55,10 @@ def _shown(key, value):
     ``queue``...)."""
     if value is None:
         return value
-    if key == "http_auth":
+    # By the setting it names, however it was spelled (HTTP_AUTH and
+    # http_Auth are http_auth: names.setting_name, and a refused key is
+    # shown as given): a password is never shown because of its key's case.
+    if isinstance(key, str) and key.strip().lower() == "http_auth":
         user, _, _ = value.partition(":")
         return f"{user}:***"
     return masked(value)
