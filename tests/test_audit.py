@@ -82,6 +82,30 @@ class AuditLogTests(TestCase):
         self.assertFalse(written.called)
 
 
+    def test_cancel_json_waits_for_its_row_a_fifth_of_a_second_at_most(self):
+        # A table locked by another program held cancel.json's answer back
+        # for as long as the lock (tests.test_faults.LockedTableTests): the
+        # row, like the cancel's own record, is written when it can be.
+        from netweir_serve.jobs.launcher import CANCEL_ANSWER_WAIT
+        from netweir_serve.web.api import Cancel
+        written, rows = defer.Deferred(), []
+
+        class Locked:
+            def add_audit(self, entry):
+                rows.append(entry)
+                return written
+
+        clock = Clock()
+        d = AuditLog(Locked(), clock, clock).record(DummyRequest([b""]), "cancel.json", 200,
+                                                    wait_at_most=Cancel.audit_wait)
+        self.assertNoResult(d)
+        clock.advance(CANCEL_ANSWER_WAIT)
+        self.assertIsNone(self.successResultOf(d))
+        written.callback(None)  # the row, once the lock is gone
+        self.assertEqual([e.endpoint for e in rows], ["cancel.json"])
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+
 class TokenCommandTests(TestCase):
     """``netweir-serve token``'s changes and their audit rows: one
     transaction, so neither is ever kept without the other."""

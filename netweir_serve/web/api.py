@@ -5,6 +5,7 @@ from twisted.internet import defer
 from ..access.roles import identity_of
 from ..clocks import WallClock
 from ..jobs.history import read_history
+from ..jobs.launcher import CANCEL_ANSWER_WAIT
 from ..store.records import FINISHED, PENDING, RUNNING
 from ..store.runpolicy import EnforceableLimits, RunningSet, ServedProjects
 from ..jobs.submit import JobRequest, UnknownProject, unknown_project
@@ -235,6 +236,10 @@ class Cancel(ApiEndpoint):
     audited = True
     audit_target = ("job", None)
     audit_answer = ("prevstate",)
+    # As the cancel's own record (Launcher.cancel_recorded): a table locked
+    # by another program holds back the row, not the answer; both are
+    # written as soon as it lets them.
+    audit_wait = CANCEL_ANSWER_WAIT
 
     def answer(self, params, request):
         # Any project name: the jobs of a project taken off the command line

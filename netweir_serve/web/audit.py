@@ -83,14 +83,21 @@ class AuditLog:
     """Writes the rows of the audit to ``store`` (an IAuditStore); ``wall``
     gives the epoch time."""
 
-    def __init__(self, store, wall):
+    def __init__(self, store, wall, clock=None):
         self._store = store
         self._wall = wall
+        # Times record's ``wait_at_most`` (IReactorTime); none: no such wait.
+        self._clock = clock
 
-    def record(self, request, endpoint, status, project=None, target=None, change=None):
+    def record(self, request, endpoint, status, project=None, target=None, change=None,
+               wait_at_most=None):
         """A Deferred that fires once the row is committed (or failed to
         be: logged, never an error to the caller). Not cancelled with the
-        request: a client gone away does not take the row with it."""
+        request: a client gone away does not take the row with it. With
+        ``wait_at_most`` (seconds), it fires then at the latest, the row's
+        write going on: for cancel.json, whose answer a table locked by
+        another program holds back no more than it holds back the cancel's
+        own record (docs/restarts.md)."""
         who = identity_of(request).who
         entry = AuditEntry(time=self._wall.seconds(), who=who, address=client_address(request),
                            endpoint=endpoint, project=project, target=target, change=change,
@@ -103,4 +110,8 @@ class AuditLog:
         # (The request's cancelling stops at this Deferred: the write goes on.)
         shielded = defer.Deferred(lambda d: None)
         written.addBoth(lambda result: shielded.called or shielded.callback(result))
+        if wait_at_most is not None and self._clock is not None:
+            timer = self._clock.callLater(
+                wait_at_most, lambda: shielded.called or shielded.callback(None))
+            written.addBoth(lambda result: timer.active() and timer.cancel())
         return shielded

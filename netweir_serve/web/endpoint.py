@@ -95,7 +95,8 @@ class JsonEndpoint(Resource):
             project, target, change = params.get("project"), None, None
         endpoint = request.path.decode("latin-1").rsplit("/", 1)[-1] if request.path else ""
         return self._audit_log().record(request, endpoint, request.code or 200, project,
-                                        target, change).addCallback(lambda _: body)
+                                        target, change, wait_at_most=self.audit_wait
+                                        ).addCallback(lambda _: body)
 
     @staticmethod
     def _body(result):
@@ -122,6 +123,9 @@ class ApiEndpoint(JsonEndpoint):
     audited = False
     audit_target = (None, None)
     audit_answer = ()
+    # Seconds the answer waits for its audit row at most (None: until it
+    # is written); the row is written all the same.
+    audit_wait = None
 
     def __init__(self, api):
         super().__init__()
