@@ -204,6 +204,16 @@ class DoorTests(TestCase):
         self.assertEqual(codes, [401] * 50)
         self.assertEqual(self.code(request_from("10.0.0.1", GOOD)), 200)
 
+    def test_malformed_credentials_and_bearer_values_naming_no_token_are_no_guesses(self):
+        # The conformance suite's 12 wrong requests in a row (wrong user,
+        # wrong password, malformed base64, a Bearer password, on three
+        # paths each) must all be 401s: only the six guesses count.
+        for authorization in (b"Basic !!notbase64!!", b"Bearer not-a-token",
+                              b"Bearer s3cret:with colon") * 10:
+            self.assertEqual(self.code(request_from("10.0.0.1", authorization)), 401)
+        codes = [self.code(request_from("10.0.0.1", WRONG)) for _ in range(11)]
+        self.assertEqual(codes, [401] * 10 + [429])
+
     def test_a_refused_address_costs_no_checker(self):
         asked = []
         real = self.guard._portal.login

@@ -51,7 +51,7 @@ from twisted.web.util import DeferredResource
 from zope.interface import implementer
 
 from netweir_serve.access.roles import ADMIN, NOBODY, Identity
-from netweir_serve.access.tokens import BearerSecret, KdfBusy
+from netweir_serve.access.tokens import BearerSecret, KdfBusy, token_name_of
 from netweir_serve.web.answer import write_error
 from netweir_serve.web.audit import client_address
 
@@ -435,13 +435,29 @@ class GuardedResource:
 
     def _counted(self, found, request):
         """``found``, counted as a failure of its address when it is a 401
-        to credentials given (web/guard's throttle); a 429 from the failure
-        that passes the limit on."""
+        to a guess (web/guard's throttle); a 429 from the failure that
+        passes the limit on."""
         if found is UNAUTHORIZED and self._throttle is not None \
-                and request.requestHeaders.hasHeader(b"authorization"):
+                and self._is_guess(self._credentials(request)):
             if self._throttle.failed(client_address(request)):
                 return TOO_MANY_FAILURES
         return found
+
+    @staticmethod
+    def _is_guess(credentials):
+        """Whether wrong ``credentials`` were a guess at a secret: a username
+        and password, or a token's secret (NAME.SECRET). A malformed header,
+        or a Bearer value that names no token, could match nothing and cost
+        no KDF: not counted, so a client's mistakes in form do not lock
+        its address out (the throttle is for guessing)."""
+        if IUsernamePassword.providedBy(credentials):
+            return True
+        if isinstance(credentials, BearerSecret):
+            try:
+                return token_name_of(credentials.secret.decode("utf-8")) is not None
+            except UnicodeDecodeError:
+                return False
+        return False
 
     # IResource. Site traverses from the root with getChildWithDefault, and
     # renders the root itself only when it is a leaf: checking in both
