@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from ..access.roles import identity_of
 from ..access.throttle import same_address
 from ..store.audit_records import AuditEntry
+from .deferred import shielded
 from .views import masked, shown_settings
 
 log = Logger()
@@ -108,10 +109,9 @@ class AuditLog:
             lambda failure: (log.failure("an audit row could not be written: {entry}",
                                          failure, entry=entry), written.callback(None)))
         # (The request's cancelling stops at this Deferred: the write goes on.)
-        shielded = defer.Deferred(lambda d: None)
-        written.addBoth(lambda result: shielded.called or shielded.callback(result))
+        answer = shielded(written)
         if wait_at_most is not None and self._clock is not None:
             timer = self._clock.callLater(
-                wait_at_most, lambda: shielded.called or shielded.callback(None))
+                wait_at_most, lambda: answer.called or answer.callback(None))
             written.addBoth(lambda result: timer.active() and timer.cancel())
-        return shielded
+        return answer
