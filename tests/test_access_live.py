@@ -136,7 +136,7 @@ WRITES = (
 )
 # Requests about no project in particular, and what each needs.
 GLOBAL = (
-    ("GET", "", None), ("GET", "jobs", None), ("GET", "dashboard/dashboard.js", None),
+    ("GET", "", None), ("GET", "jobs", None), ("GET", "console/console.js", None),
     ("GET", "favicon.ico", None), ("GET", "daemonstatus.json", None),
     ("GET", "listprojects.json", None), ("GET", "listjobs.json", None),
     ("GET", "listschedules.json", None), ("GET", "logs/", None), ("GET", "items/", None),

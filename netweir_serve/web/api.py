@@ -2,7 +2,7 @@
 
 from twisted.internet import defer
 
-from ..access.roles import identity_of
+from ..access.roles import WRITE, identity_of
 from ..clocks import WallClock
 from ..jobs.history import read_history
 from ..jobs.launcher import CANCEL_ANSWER_WAIT
@@ -17,6 +17,7 @@ from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .cache import VersionCache
+from .paging import PageRequest, PagedJobs, is_paged
 from .refusals import refused
 from .runs import Runs
 from .schedules import schedule_endpoints
@@ -156,6 +157,19 @@ def seen_key(identity):
     return ("seen",) + tuple(sorted(identity.projects))
 
 
+class WhoAmI(ApiEndpoint):
+    """Who the request comes in as, for the console's buttons: its name,
+    role, and the served projects it may read and write (``writes``); on a
+    service open to all, null and every project."""
+
+    def answer(self, params, request):
+        identity = identity_of(request)
+        seen = self.api.project_names(identity)
+        return {"name": identity.who, "role": identity.role, "projects": seen,
+                "writes": seen if identity.may(WRITE) else [],
+                "shared": bool(self.api.store.shared)}
+
+
 class ListProjects(ApiEndpoint):
     def answer(self, params, request):
         return {"projects": self.api.project_names(identity_of(request))}
@@ -268,10 +282,16 @@ class ListJobs(ApiEndpoint):
         super().__init__(api)
         self._cache = VersionCache(lambda: api.store,
                                    built=lambda: api.listing_builds.count("listjobs.json"))
+        # The paged answers' source (web/paging.py): the table in paged
+        # order, made once per change and searched by every page.
+        self._paged = VersionCache(lambda: api.store,
+                                   built=lambda: api.listing_builds.count("listjobs.json paged"))
 
     def answer(self, params, request):
         project = params.name("project", required=False)
         identity = identity_of(request)
+        if is_paged(params):
+            return self._page(PageRequest(params), project, identity)
         if project and not identity.sees(project):
             # As for a project that does not exist: no jobs.
             return self._listing(([], [], []), lambda record: None)
@@ -283,6 +303,28 @@ class ListJobs(ApiEndpoint):
         key = fold(project) if project else None
         answer = self._cache.answer(key, lambda: self._build(project))
         return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
+
+    def _page(self, asked, project, identity):
+        if project and not identity.sees(project):
+            return PagedJobs(([], [], []), lambda record: None).page(asked, node_name())
+        if not project and not identity.every_project:
+            key, sees = seen_key(identity), identity.sees
+        else:
+            key, sees = (fold(project) if project else None), None
+        paged = self._paged.answer(key, lambda: self._paged_jobs(project, sees))
+        if not isinstance(paged, defer.Deferred):
+            return paged.page(asked, node_name())
+        return paged.addCallback(lambda paged: paged.page(asked, node_name())).addErrback(
+            refused)
+
+    def _paged_jobs(self, project, sees):
+        jobs = self.api.store.jobs(project)
+        if sees is not None:
+            jobs.addCallback(lambda lists: tuple(
+                [r for r in records if sees(r.project)] for records in lists))
+        return jobs.addCallback(
+            lambda jobs: self.api.reasons(jobs[1]).addCallback(
+                lambda waits_for: self.api.build_aside(PagedJobs, jobs, waits_for)))
 
     def _build(self, project, sees=None):
         # Kept per version of the table: a node registering or declared
@@ -398,6 +440,7 @@ def endpoints(api):
         b"schedule.json": Schedule(api),
         b"cancel.json": Cancel(api),
         b"listjobs.json": ListJobs(api),
+        b"whoami.json": WhoAmI(api),
         b"jobstats.json": JobStats(api),
         b"runs.json": Runs(api),
         b"status.json": Status(api),

@@ -98,6 +98,12 @@ def job_entry(record, waits_for=None):
         entry["policy"] = JobPolicy.from_json(record.policy).shown()
     if waits_for is not None:
         entry["waiting_for"] = waits_for
+    # The same times as epoch seconds (UTC by definition): start_time and
+    # end_time are scrapyd's local time of the service's machine, without
+    # a zone, which a browser elsewhere cannot place (the console shows
+    # times in the browser's zone).
+    entry["at"] = {"queued": record.created or None, "started": record.start_time,
+                   "ended": record.end_time}
     return entry
 
 

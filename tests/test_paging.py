@@ -1,0 +1,151 @@
+"""listjobs.json one page at a time (web/paging.py): ``limit``, the
+``before`` cursor and ``next_before``, the filters, and every job exactly
+once while jobs end and are pruned between pages."""
+
+import json
+from types import SimpleNamespace
+
+from twisted.internet.task import Clock
+from twisted.trial import unittest
+
+from netweir_serve.store.records import JobRecord
+from netweir_serve.store.sqlite import SQLiteJobStore
+from netweir_serve.web.api import Api, ListJobs
+from netweir_serve.web.paging import decode_cursor, encode_cursor
+from netweir_serve.web.params import ApiError, Params
+
+
+def record(jobid, spider="books", schedule=None):
+    return JobRecord(id=jobid, project="shop", spider=spider, spider_file="/p/books.py",
+                     schedule=schedule)
+
+
+class PagingTests(unittest.TestCase):
+    def setUp(self):
+        self.store = SQLiteJobStore(":memory:", Clock())
+        self.addCleanup(self.store.close)
+        self.now = 1_700_000_000.0
+        self.listjobs = ListJobs(Api(SimpleNamespace(names=lambda: ["shop"]), self.store,
+                                     None, None, None, None, None))
+
+    def finish(self, jobid, outcome="finished", spider="books", ended=None, schedule=None):
+        self.successResultOf(self.store.add(record(jobid, spider, schedule)))
+        claimed = self.successResultOf(self.store.claim_next("n1", ["shop"], self.now))
+        self.assertEqual(claimed.id, jobid)
+        self.now += 1
+        self.successResultOf(self.store.mark_finished(jobid, outcome, ended or self.now,
+                                                      exit_status=0))
+
+    def ask(self, **params):
+        answer = self.listjobs.answer(Params(sorted(params.items())), None)
+        if not isinstance(answer, dict):
+            answer = self.successResultOf(answer)
+        return answer
+
+    def ids(self, answer, state="finished"):
+        return [job["id"] for job in answer[state]]
+
+    def test_finished_jobs_come_newest_first_a_page_at_a_time(self):
+        for n in range(5):
+            self.finish(f"j{n}")
+        first = self.ask(limit="2")
+        self.assertEqual(self.ids(first), ["j4", "j3"])
+        second = self.ask(limit="2", before=first["next_before"])
+        self.assertEqual(self.ids(second), ["j2", "j1"])
+        last = self.ask(limit="2", before=second["next_before"])
+        self.assertEqual(self.ids(last), ["j0"])
+        self.assertIsNone(last["next_before"])
+
+    def test_a_page_that_ends_exactly_at_the_last_job_has_no_next(self):
+        for n in range(2):
+            self.finish(f"j{n}")
+        self.assertIsNone(self.ask(limit="2")["next_before"])
+
+    def test_pending_and_running_come_before_finished_in_their_lists(self):
+        self.finish("done")
+        self.successResultOf(self.store.add(record("runs")))
+        self.successResultOf(self.store.claim_next("n1", ["shop"], self.now))
+        self.successResultOf(self.store.add(record("waits")))
+        answer = self.ask(limit="10")
+        self.assertEqual((self.ids(answer, "pending"), self.ids(answer, "running"),
+                          self.ids(answer)), (["waits"], ["runs"], ["done"]))
+        page = self.ask(limit="1")
+        second = self.ask(limit="1", before=page["next_before"])
+        third = self.ask(limit="1", before=second["next_before"])
+        self.assertEqual([self.ids(page, "pending"), self.ids(second, "running"),
+                          self.ids(third)], [["waits"], ["runs"], ["done"]])
+        only = self.ask(limit="10", state="running,finished")
+        self.assertEqual((self.ids(only, "pending"), self.ids(only, "running")), ([], ["runs"]))
+
+    def test_filters_narrow_the_page(self):
+        self.finish("a-books", spider="books")
+        self.finish("b-films", spider="films", outcome="failed")
+        self.finish("c-books", spider="books", outcome="failed", schedule="nightly")
+        self.assertEqual(self.ids(self.ask(limit="10", spider="BOOKS")), ["c-books", "a-books"])
+        self.assertEqual(self.ids(self.ask(limit="10", outcome="failed")),
+                         ["c-books", "b-films"])
+        self.assertEqual(self.ids(self.ask(limit="10", schedule="nightly")), ["c-books"])
+        self.assertEqual(self.ids(self.ask(limit="10", q="FILM")), ["b-films"])
+        self.assertEqual(self.ids(self.ask(limit="10", node="n1", outcome="finished")),
+                         ["a-books"])
+        self.assertEqual(self.ids(self.ask(limit="10", node="elsewhere")), [])
+
+    def test_every_job_exactly_once_while_jobs_end_and_are_pruned_between_pages(self):
+        for n in range(30):
+            self.finish(f"old{n:02}")
+        seen = []
+        answer = self.ask(limit="7")
+        seen += self.ids(answer)
+        ended = 0
+        while answer["next_before"]:
+            # Between pages: two more jobs end (newer than every page), and
+            # the oldest are forgotten, the one the cursor came from among
+            # them now and then.
+            for _ in range(2):
+                self.finish(f"new{ended:02}")
+                ended += 1
+            self.successResultOf(self.store.prune(28))
+            answer = self.ask(limit="7", before=answer["next_before"])
+            seen += self.ids(answer)
+        self.assertEqual(len(seen), len(set(seen)))
+        self.assertFalse([jobid for jobid in seen if jobid.startswith("new")])
+        kept = set(self.ids(self.ask(limit="1000")))
+        # Every job that was kept throughout the paging was seen.
+        self.assertTrue({f"old{n:02}" for n in range(30)} & kept <= set(seen))
+        self.assertEqual(seen, sorted(seen, reverse=True))
+
+    def test_a_cursor_stays_valid_when_its_job_is_pruned(self):
+        for n in range(6):
+            self.finish(f"j{n}")
+        first = self.ask(limit="3")
+        self.assertEqual(self.ids(first), ["j5", "j4", "j3"])
+        self.successResultOf(self.store.prune(2))  # keeps j5, j4: j3 goes
+        self.assertEqual(self.ids(self.ask(limit="3", before=first["next_before"])), [])
+        for n in range(6, 8):
+            self.finish(f"j{n}")
+        self.assertEqual(self.ids(self.ask(limit="3", before=first["next_before"])), [])
+
+    def test_bad_parameters_are_refused_naming_them(self):
+        for params, named in (({"limit": "0"}, "'limit'"), ({"limit": "x"}, "'limit'"),
+                              ({"limit": "1001"}, "'limit'"),
+                              ({"limit": "5", "before": "nonsense!"}, "'before'"),
+                              ({"limit": "5", "before": encode_cursor((7, 1, 2))}, "'before'"),
+                              ({"limit": "5", "state": "sleeping"}, "'state'"),
+                              ({"spider": "books"}, "'spider'"),
+                              ({"state": "finished"}, "'state'")):
+            with self.assertRaises(ApiError) as raised:
+                self.ask(**params)
+            self.assertEqual(raised.exception.code, 400, params)
+            self.assertIn(named, raised.exception.message, params)
+
+    def test_without_limit_the_answer_is_scrapyds(self):
+        self.finish("j0")
+        answer = self.listjobs.answer(Params([]), None)
+        body = answer if isinstance(answer, bytes) else self.successResultOf(answer)
+        listing = json.loads(body)
+        self.assertNotIn("next_before", listing)
+        self.assertEqual([job["id"] for job in listing["finished"]], ["j0"])
+
+    def test_a_cursor_round_trips(self):
+        self.assertEqual(decode_cursor(encode_cursor((2, -1700000000.5, -42))),
+                         (2, -1700000000.5, -42))
