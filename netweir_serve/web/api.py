@@ -17,6 +17,7 @@ from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .cache import VersionCache
+from .jobdetail import JobDetail
 from .paging import PageRequest, PagedJobs, is_paged
 from .refusals import refused
 from .runs import Runs
@@ -442,6 +443,7 @@ def endpoints(api):
         b"listjobs.json": ListJobs(api),
         b"whoami.json": WhoAmI(api),
         b"jobstats.json": JobStats(api),
+        b"job.json": JobDetail(api),
         b"runs.json": Runs(api),
         b"status.json": Status(api),
         b"audit.json": AuditList(api),
