@@ -790,10 +790,13 @@
     if (!sameJob(entry) || !page.job) return;
     const job = page.job;
     const was = job.state;
-    for (const key of ["state", "outcome", "reason", "exit_status", "health", "health_reasons",
-                       "node", "pid", "at", "cancel_requested", "start_time", "end_time"]) {
+    const fields = ["state", "outcome", "reason", "exit_status", "health", "health_reasons",
+                    "node", "pid", "at", "cancel_requested", "start_time", "end_time"];
+    const before = JSON.stringify(fields.map((key) => job[key]));
+    for (const key of fields) {
       if (key in entry) job[key] = entry[key];
     }
+    const changed = JSON.stringify(fields.map((key) => job[key])) !== before;
     if (entry.stats) {
       page.stats = entry.stats;
       if (addPoint(entry.time, entry.stats)) drawProgress();
@@ -802,11 +805,19 @@
     }
     if (was !== job.state) {
       if (job.state === "running") startFollowingLog();
-      if (job.state === "finished") { finished(); return; }
+      if (job.state === "finished") { finished().catch(failedReload); return; }
       refreshFacts();
-    } else {
+    } else if (changed) {
+      // Not at every stats event: a redraw takes a keyboard user's focus.
       drawHead(); drawFacts(); drawActions();
     }
+  }
+
+  // A failure of a reload, shown at the top of the page.
+  function failedReload(error) {
+    console.error(error);
+    const note = C.el("p", {class: "error", role: "alert"}, error instanceof Error ? error.message : String(error));
+    sections.head.append(note);
   }
 
   async function finished() {
@@ -844,7 +855,7 @@
     drawLogFrame();
     drawItemsFrame();
     refreshFacts();
-    C.follow({job: heard, resync: () => reloadJob().then(loadStats).then(pollLog)});
+    C.follow({job: heard, resync: () => reloadJob().then(loadStats).then(pollLog).catch(failedReload)});
     await Promise.all([loadStats(), loadLogTail().catch((e) => C.showError(logParts.note, e)),
                        moreItems()]);
     startFollowingLog();
