@@ -348,4 +348,9 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         self.assertEqual(clicks, 3)
         self.assertIn("failed", page.locator("#why").inner_text())
         print(f"\nfront page to the error line: {clicks} clicks, {elapsed:.2f} s")
+        # A link ending in #error opens the page at the error: the docs'
+        # pictures of a failed run are taken so.
+        page.goto(self.url_of(daemon) + f"/job/shop/{failed}#error")
+        self.screenshots(page, "job-error", ready=lambda p: (
+            ready(p), p.locator("#log-lines .line.target").wait_for(timeout=10000)))
         self.assertEqual(self.errors, [])

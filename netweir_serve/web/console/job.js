@@ -318,6 +318,15 @@
       parts.countsPlot.setData(data);
       parts.bytesPlot.setData([times, points.map((p) => p.bytes)]);
     }
+    if (points.length === 1) {
+      // uPlot spreads a lone point's time axis over years: show the run's
+      // own time, from its start to that point (a minute around it when
+      // the two are one).
+      const at = points[0].time, started = (page.job.at && page.job.at.started) || at;
+      const range = at - started > 1 ? {min: started, max: at} : {min: at - 30, max: at + 30};
+      parts.countsPlot.setScale("x", range);
+      parts.bytesPlot.setScale("x", range);
+    }
   }
 
   // Now (between the last two points) and on average (since the start).
