@@ -17,6 +17,9 @@
   // While a job runs its log is asked for what was added since the last
   // read this often (and at each stats event), a Range from the last size.
   const LOG_POLL_MS = 1500;
+  // The lines a followed log keeps: past this (and a batch more, so the
+  // redraw is rare), the oldest go, and "Load earlier" reads them again.
+  const LOG_LINES_KEPT = 20000, LOG_LINES_BATCH = 2000;
   // Items: bytes read from the items file at a time, rows shown at a time.
   const ITEMS_CHUNK = 65536, ITEMS_PAGE = 50;
 
@@ -314,6 +317,9 @@
       parts.bytesPlot = C.chart(parts.bytes, times, [
         {label: "bytes", values: points.map((p) => p.bytes), unit: "B", color: "#2e9e6a"}],
         {height: 160, points: points.length < 3});
+      // On their elements too, for whoever inspects the page (and its tests).
+      parts.counts.plot = parts.countsPlot;
+      parts.bytes.plot = parts.bytesPlot;
     } else {
       parts.countsPlot.setData(data);
       parts.bytesPlot.setData([times, points.map((p) => p.bytes)]);
@@ -400,16 +406,28 @@
     return {status: response.status, bytes, first, total};
   }
 
-  const decoder = new TextDecoder("utf-8");
+  const decoder = new TextDecoder("utf-8"), encoder = new TextEncoder();
 
+  // ``bytes``: the line's length in the file, its newline included, so
+  // that dropping lines moves the start of what was read exactly.
   function lineObjects(text) {
     const lines = text.split("\n");
     if (lines.length && lines[lines.length - 1] === "") lines.pop();
     return lines.map((line) => {
       const own = LEVEL_AT.exec(line);
       return {text: line, own: own ? (own[1] === "WARN" ? "WARNING" : own[1]) : null,
-              traceback: TRACEBACK.test(line), level: null};
+              traceback: TRACEBACK.test(line), level: null,
+              bytes: encoder.encode(line).length + 1};
     });
+  }
+
+  // A log followed for hours keeps its newest LOG_LINES_KEPT lines.
+  function dropOldLines() {
+    if (log.lines.length <= LOG_LINES_KEPT + LOG_LINES_BATCH) return false;
+    const gone = log.lines.splice(0, log.lines.length - LOG_LINES_KEPT);
+    log.start += gone.reduce((sum, line) => sum + line.bytes, 0);
+    if (log.target >= 0) log.target = Math.max(-1, log.target - gone.length);
+    return true;
   }
 
   // A line without a level of its own (a traceback's, a message's second
@@ -476,7 +494,7 @@
       log.lines.push(...lineObjects(part.text));
       log.end = part.end;
       settleLevels(from);
-      appendLog(from);
+      if (dropOldLines()) drawLog(); else appendLog(from);
     } catch (error) {
       console.error(error);
     } finally {
