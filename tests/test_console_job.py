@@ -53,6 +53,11 @@ def ready(page, timeout=30000):
         raise
 
 
+def fact(page, term):
+    """The fact ``term`` (its <dt>'s whole text) of the job page."""
+    return page.locator(f'#facts .fact:has(dt:text-is("{term}"))')
+
+
 def seed_finished_job(directory, jobid, log_lines=(), log_bytes=0, items=()):
     """A finished shop/books job as the service that ran it left it: its
     row, three points of stats history, and a log of ``log_bytes`` of
@@ -282,6 +287,46 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         page.uncheck("#log-only")
         page.fill("#log-search", "")
         self.assertEqual(lines.locator("mark").count(), 0)
+        self.assertEqual(self.errors, [])
+
+    def test_a_retrys_page_shows_its_attempts_and_what_queued_it(self):
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        store = SQLiteJobStore(os.path.join(directory, "jobs.db"), Clock())
+        now = time.time() - 3600
+        chain = (("night-1", 1, None, "failed", 1), ("night-1.r1", 2, "night-1", "failed", 1),
+                 ("night-1.r2", 3, "night-1", "finished", 0))
+        for n, (jobid, attempt, retry_of, outcome, status) in enumerate(chain):
+            store.add(JobRecord(id=jobid, project="shop", spider="books",
+                                spider_file="/nowhere/books.py", schedule="nightly",
+                                queued_by="schedule:nightly", attempt=attempt,
+                                retry_of=retry_of, created=now + 100 * n,
+                                upstream="books-0200" if attempt == 1 else None))
+            store.claim_next("n1", ["shop"], now + 100 * n)
+            store.mark_finished(jobid, outcome, now + 100 * n + 50, exit_status=status,
+                                reason=f"exit {status}")
+        store.close()
+        daemon = self.daemon(directory=directory)
+        page = self.open(self.url_of(daemon) + "/job/shop/night-1.r1")
+        ready(page)
+        facts = page.locator("#facts")
+        self.assertIn("2 of 3", fact(page, "Attempt").inner_text())
+        self.assertEqual(fact(page, "Retry of").locator("a")
+                         .get_attribute("href"), "/job/shop/night-1")
+        self.assertEqual(fact(page, "Schedule").locator("a").inner_text(),
+                         "nightly")
+        self.assertEqual(fact(page, "Node").locator("dd").inner_text(), "n1")
+        rows = page.locator("#attempts tbody tr")
+        self.assertEqual(rows.count(), 3)
+        self.assertEqual([rows.nth(n).locator("td").nth(1).inner_text() for n in range(3)],
+                         ["night-1", "night-1.r1", "night-1.r2"])
+        self.assertEqual(page.locator("#attempts tr.current").locator("td").nth(1).inner_text(),
+                         "night-1.r1")
+        self.assertIn("exit 1", page.locator("#why").inner_text())
+        # The first attempt names the chain job it ran after.
+        page.locator('#attempts a[href="/job/shop/night-1"]').click()
+        ready(page)
+        self.assertEqual(fact(page, "After job").locator("a")
+                         .get_attribute("href"), "/job/shop/books-0200")
         self.assertEqual(self.errors, [])
 
     def test_a_viewer_sees_no_buttons_and_an_operator_does(self):
