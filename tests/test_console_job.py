@@ -308,7 +308,6 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         daemon = self.daemon(directory=directory)
         page = self.open(self.url_of(daemon) + "/job/shop/night-1.r1")
         ready(page)
-        facts = page.locator("#facts")
         self.assertIn("2 of 3", fact(page, "Attempt").inner_text())
         self.assertEqual(fact(page, "Retry of").locator("a")
                          .get_attribute("href"), "/job/shop/night-1")
