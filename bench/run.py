@@ -37,7 +37,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import deadlines, files, schedules, stall
+from . import deadlines, files, paged, schedules, stall
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -178,6 +178,8 @@ class Bench:
             self.part("nodes", self.measure_nodes)
         if self.wants("stall"):
             self.part("stall", self.measure_stall)
+        if self.wants("paged"):
+            self.part("paged", self.measure_paged)
         if self.wants("deadlines"):
             self.part("deadlines", self.measure_deadlines)
         return self.results
@@ -389,6 +391,14 @@ class Bench:
             self.put(key, {OURS: value})
         self.details["nodes"] = self.nodes.results
         self.notes += cluster.notes(self.nodes.results)
+
+    def measure_paged(self):
+        m = self.mode
+        self.log(f"paged listings: {m.paged_jobs:,} finished jobs")
+        values, notes, detail = paged.measure(self, m.paged_jobs, max(3, m.samples))
+        for key, found in values.items():
+            self.put(key, found, detail=detail if key == "paged_p50" else None)
+        self.notes += notes
 
     def measure_stall(self):
         m = self.mode

@@ -122,6 +122,14 @@ FIGURES = (
     # has no reactor; what its client waits for a listing stands beside.
     Figure("stall_burst", "largest reactor stall, {stall_jobs}+{stall_jobs} jobs (netweir serve:"
            " listjobs.json)", "ms", "< 5 ms", max_value=5),
+    # -- paged listings of a big table (bench/paged.py): netweir serve has no
+    # pages; its listjobs.json on the same table stands beside.
+    Figure("paged_p50", "listjobs.json?limit=100, {paged_jobs} finished, after a change: p50"
+           " (netweir serve: listjobs.json)", "ms", "< 5 ms", max_value=5),
+    Figure("paged_stall", "largest reactor stall over those paged listings (ours alone)", "ms",
+           "< 5 ms", max_value=5),
+    Figure("paged_rss", "RSS with {paged_jobs} finished jobs, after listings", "MB", "<= 1.2x",
+           max_ratio=1.2),
     # -- reliability (ours alone: netweir serve has no policies). No target
     # in the issue; a control group made, joined and removed is a few
     # writes, so a tenth more than a job without is the bar.
@@ -143,7 +151,8 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The labels' defaults: the full run's.
 LABEL_DEFAULTS = {"conns": 64, "small": 100, "big": "1,000", "jobs": 100, "streams": 50,
                   "huge": "10,000", "sched": "1,000", "file_mb": 5, "big_mb": 500,
-                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000", "deadline_jobs": "1,000"}
+                  "fetchers": 4, "slots": 6, "stall_jobs": "10,000", "deadline_jobs": "1,000",
+                  "paged_jobs": "100,000"}
 
 
 def _format_number(unit, value):

@@ -1186,7 +1186,8 @@ class JobStoreContract:
         plan("recover", notices.ENDED, "n-lost",
              lambda s, _: s.recover("node-r", 4.0, lambda r: None),
              job_of("n-lost", "recovering", node="node-r"))
-        plan("prune", notices.PRUNED, None, lambda s, _: s.prune(0))
+        # One notice per job forgotten, naming it (store/journal.py).
+        plan("prune", notices.PRUNED, "n-end", lambda s, _: s.prune(0))
         plan("add_schedule", notices.SCHEDULE, None,
              lambda s, _: s.add_schedule(schedule("s-add")))
         plan("update_schedule", notices.SCHEDULE, None,

@@ -151,6 +151,15 @@ class IJobStore(Interface):
         one project (any case) or all: pending by start order, running by
         start time, finished most recent last."""
 
+    def jobs_changed(project, finished_ids):
+        """As ``jobs``, but of the finished jobs only those among
+        ``finished_ids`` still kept: what a listing kept in memory reads to
+        catch up with the ends and prunes ``journal`` names."""
+
+    journal = Attribute(
+        "A store.journal.ChangeJournal: which finished jobs each version of"
+        " the table ended or pruned, for listings kept in memory.")
+
     def counts():
         """A dict of how many jobs are pending, running and finished."""
 

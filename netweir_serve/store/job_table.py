@@ -412,8 +412,10 @@ class JobTable:
                 f" (SELECT seq FROM jobs WHERE {_FINISHED_PRUNED}"
                 " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
                 f" RETURNING {SELECT_LISTED}", whose)]
-            if old:
-                tx.changed(PRUNED)
+            # One notice per job forgotten, each naming it: a listing kept
+            # in memory (store/journal.py) drops exactly those.
+            for record in old:
+                tx.changed(PRUNED, record.id, record.node)
             return old
 
         return self._read_statements(count).addCallback(
@@ -473,6 +475,35 @@ class JobTable:
             listed = self._jobs.listed
             return tuple([self._record(listed, row) for row in rows]
                          for rows in self._listed(tx, where, params))
+
+        return self._read_statements(listing)
+
+    def jobs_changed(self, project, finished_ids):
+        """(pending, running, finished) as ``jobs`` gives them, but of the
+        finished jobs only those of ``finished_ids`` still kept: what a
+        listing kept in memory reads to catch up (store/journal.py)."""
+        where, params = ["state != %(finished)s"], {"finished": FINISHED}
+        if project is not None:
+            where.append("project_key = %(project)s")
+            params["project"] = fold(project)
+        keys = sorted(fold(jobid) for jobid in finished_ids)
+
+        def listing(tx):
+            listed = self._jobs.listed
+            pending, running, _ = (
+                [self._record(listed, row) for row in rows]
+                for rows in self._listed(tx, where, params))
+            finished = []
+            # In slices: a statement's parameters are bounded (SQLite's 32766).
+            for start in range(0, len(keys), 500):
+                chunk = {f"k{n}": key for n, key in enumerate(keys[start:start + 500])}
+                finished += [self._record(listed, row) for row in tx.all(
+                    f"SELECT {SELECT_LISTED} FROM jobs WHERE state = %(finished)s"
+                    f" AND key IN ({', '.join(f'%({name})s' for name in chunk)})",
+                    {**chunk, "finished": FINISHED})]
+            if project is not None:
+                finished = [r for r in finished if fold(r.project) == fold(project)]
+            return pending, running, finished
 
         return self._read_statements(listing)
 

@@ -1,6 +1,7 @@
 """The scrapyd-shaped JSON endpoints."""
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from ..access.roles import WRITE, identity_of
 from ..clocks import WallClock
@@ -16,8 +17,8 @@ from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
-from .cache import VersionCache
-from .paging import PageRequest, PagedJobs, is_paged
+from .cache import MAX_ANSWERS, VersionCache
+from .paging import KeptPages, PageRequest, PagedJobs, is_paged
 from .refusals import refused
 from .runs import Runs
 from .schedules import schedule_endpoints
@@ -283,9 +284,8 @@ class ListJobs(ApiEndpoint):
         self._cache = VersionCache(lambda: api.store,
                                    built=lambda: api.listing_builds.count("listjobs.json"))
         # The paged answers' source (web/paging.py): the table in paged
-        # order, made once per change and searched by every page.
-        self._paged = VersionCache(lambda: api.store,
-                                   built=lambda: api.listing_builds.count("listjobs.json paged"))
+        # order, kept in memory per listing and caught up at each change.
+        self._kept = {}
 
     def answer(self, params, request):
         project = params.name("project", required=False)
@@ -311,20 +311,20 @@ class ListJobs(ApiEndpoint):
             key, sees = seen_key(identity), identity.sees
         else:
             key, sees = (fold(project) if project else None), None
-        paged = self._paged.answer(key, lambda: self._paged_jobs(project, sees))
-        if not isinstance(paged, defer.Deferred):
-            return paged.page(asked, node_name())
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            kept = KeptPages(self.api, project, sees,
+                             built=lambda: self.api.listing_builds.count("listjobs.json paged"))
+            if len(self._kept) >= MAX_ANSWERS:
+                # A project is any name: keep the most recently asked.
+                del self._kept[next(iter(self._kept))]
+        self._kept[key] = kept
+        paged = kept.paged()
+        if paged.called and not isinstance(paged.result, Failure):
+            # Up to date: answered at once, without a Deferred's round.
+            return paged.result.page(asked, node_name())
         return paged.addCallback(lambda paged: paged.page(asked, node_name())).addErrback(
             refused)
-
-    def _paged_jobs(self, project, sees):
-        jobs = self.api.store.jobs(project)
-        if sees is not None:
-            jobs.addCallback(lambda lists: tuple(
-                [r for r in records if sees(r.project)] for records in lists))
-        return jobs.addCallback(
-            lambda jobs: self.api.reasons(jobs[1]).addCallback(
-                lambda waits_for: self.api.build_aside(PagedJobs, jobs, waits_for)))
 
     def _build(self, project, sees=None):
         # Kept per version of the table: a node registering or declared

@@ -24,7 +24,10 @@ client who forgets ``limit`` is not handed every job as if filtered.
 import base64
 import binascii
 import json
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from ..names import fold
 from ..store.records import FINISHED, PENDING, RUNNING, STATES
@@ -141,16 +144,49 @@ def _states(values):
 
 class PagedJobs:
     """One version of the job table, in paged order: the three lists and
-    their sort keys, made once and searched by every page asked of it."""
+    their sort keys, made once and searched by every page asked of it.
+
+    The finished list, the long one, is then kept up to date in place
+    (``catch_up``): a job that ended is put in its place, one pruned taken
+    out; the unfinished lists, a few jobs, are replaced whole."""
 
     def __init__(self, jobs, waits_for):
         pending, running, finished = jobs
         self.waits_for = waits_for
         self.sections = {}
-        for state, records in ((PENDING, pending), (RUNNING, running),
-                               (FINISHED, reversed(finished))):
+        self._set_unfinished(pending, running)
+        ordered = sorted(finished, key=sort_key)
+        self.sections[FINISHED] = (ordered, [sort_key(r) for r in ordered])
+        # Where each finished job stands: its sort key, by folded id.
+        self._finished_keys = {fold(r.id): key for r, key in zip(*self.sections[FINISHED])}
+
+    def _set_unfinished(self, pending, running):
+        for state, records in ((PENDING, pending), (RUNNING, running)):
             ordered = sorted(records, key=sort_key)
             self.sections[state] = (ordered, [sort_key(r) for r in ordered])
+
+    def catch_up(self, changed, gone, waits_for):
+        """Brings the lists to a later version: ``changed`` is (pending,
+        running, finished records of the jobs that ended since), ``gone``
+        the ids of jobs ended or pruned since (among them those of
+        ``changed``'s finished: a job that ended is taken out, then put
+        back where it now stands)."""
+        pending, running, finished = changed
+        self._set_unfinished(pending, running)
+        self.waits_for = waits_for
+        records, keys = self.sections[FINISHED]
+        for jobid in gone:
+            key = self._finished_keys.pop(fold(jobid), None)
+            if key is not None:
+                index = bisect_left(keys, key)
+                if index < len(keys) and keys[index] == key:
+                    del keys[index], records[index]
+        for record in finished:
+            key = sort_key(record)
+            index = bisect_left(keys, key)
+            keys.insert(index, key)
+            records.insert(index, record)
+            self._finished_keys[fold(record.id)] = key
 
     def page(self, request, node):
         """The answer to ``request`` (a PageRequest), a dict."""
@@ -182,3 +218,88 @@ class PagedJobs:
     def _entry(self, record):
         waits_for = self.waits_for(record) if record.state == PENDING else None
         return job_entry(record, waits_for)
+
+
+class KeptPages:
+    """The PagedJobs of one listing (a project, every project, the projects
+    an identity sees), kept in memory from one version of the table to the
+    next: caught up with what the store's journal says changed (the jobs
+    that ended or were pruned, and the few unfinished ones read again),
+    read again whole only when the journal cannot say (store/journal.py).
+
+    ``api`` gives the store, the reasons a pending job waits, and
+    ``build_aside`` (where sorting a whole table is done: not the reactor's
+    thread). ``built()`` counts whole reads, ``caught_up()`` the others."""
+
+    def __init__(self, api, project, sees, built=None):
+        self.api = api
+        self.project = project
+        self.sees = sees
+        self._built = built or (lambda: None)
+        self._paged = None
+        self._version = None
+        # The catching up under way, which requests arriving meanwhile wait
+        # for rather than each start one.
+        self._catching_up = None
+        self.whole_reads = 0
+        self.caught_up = 0
+
+    def paged(self):
+        """A Deferred PagedJobs as of the store's version now (or later)."""
+        store = self.api.store
+        if self._paged is not None and self._version == store.version:
+            return defer.succeed(self._paged)
+        answered = defer.Deferred()
+        if self._catching_up is not None:
+            self._catching_up.append(answered)
+            return answered
+        waiting = self._catching_up = [answered]
+        self._catch_up(store.version).addBoth(self._settle, waiting)
+        return answered
+
+    def _settle(self, outcome, waiting):
+        if self._catching_up is waiting:
+            self._catching_up = None
+        for answered in waiting:
+            if isinstance(outcome, Failure):
+                answered.errback(outcome)
+            else:
+                answered.callback(outcome)
+        return None
+
+    def _catch_up(self, version):
+        store = self.api.store
+        journal = getattr(store, "journal", None)
+        ids = None
+        if self._paged is not None and journal is not None:
+            ids = journal.finished_since(self._version, version)
+        if ids is None:
+            self.whole_reads += 1
+            self._built()
+            jobs = store.jobs(self.project).addCallback(self._seen)
+            return jobs.addCallback(
+                lambda jobs: self.api.reasons(jobs[1]).addCallback(
+                    lambda waits_for: self.api.build_aside(PagedJobs, jobs, waits_for))
+            ).addCallback(self._keep, version)
+        self.caught_up += 1
+        changed = store.jobs_changed(self.project, ids).addCallback(self._seen)
+
+        def apply(changed, waits_for):
+            self._paged.catch_up(changed, ids, waits_for)
+            return self._paged
+
+        return changed.addCallback(
+            lambda changed: self.api.reasons(changed[1]).addCallback(
+                lambda waits_for: apply(changed, waits_for))).addCallback(self._keep, version)
+
+    def _seen(self, lists):
+        if self.sees is None:
+            return lists
+        return tuple([r for r in records if self.sees(r.project)] for records in lists)
+
+    def _keep(self, paged, version):
+        # The version read is the one asked at, or later: a write delivered
+        # meanwhile is caught up with at the next request.
+        self._paged, self._version = paged, version
+        return paged
+
