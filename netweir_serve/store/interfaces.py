@@ -151,10 +151,17 @@ class IJobStore(Interface):
         one project (any case) or all: pending by start order, running by
         start time, finished most recent last."""
 
-    def jobs_changed(project, finished_ids):
-        """As ``jobs``, but of the finished jobs only those among
-        ``finished_ids`` still kept: what a listing kept in memory reads to
-        catch up with the ends and prunes ``journal`` names."""
+    def unfinished_jobs(project=None):
+        """(pending, running) as ``jobs`` gives them."""
+
+    def finished_rows(project=None, ids=None):
+        """The finished jobs (of ``project``; among ``ids`` when given) as
+        tuples of job_table.FINISHED_ROW's columns: what a listing kept in
+        memory holds, catching up with the ends and prunes ``journal``
+        names."""
+
+    def listed_jobs(ids):
+        """The records, as listings read them, of the jobs ``ids`` still kept."""
 
     journal = Attribute(
         "A store.journal.ChangeJournal: which finished jobs each version of"

@@ -54,6 +54,20 @@ class JobColumns:
 # The column lists (names alone: the same for every backend).
 _NAMES = JobColumns({kind: (None, None) for _, kind in JOB_FIELDS})
 SELECT_ALL = select_list(_NAMES.all)
+# What a listing kept in memory holds of a finished job, in this order
+# (web/paging.FinishedRow).
+FINISHED_ROW = ("end_time", "seq", "id", "project", "spider", "outcome", "reason", "health",
+                "node", "schedule")
+
+
+def _key_chunks(ids):
+    """The folded ``ids`` as parameter dicts of at most 500 (a statement's
+    parameters are bounded: SQLite's at 32,766)."""
+    keys = sorted({fold(jobid) for jobid in ids})
+    return [{f"k{n}": key for n, key in enumerate(keys[start:start + 500])}
+            for start in range(0, len(keys), 500)]
+
+
 # What a listing reads, in this order (a backend's ``_listed``).
 SELECT_LISTED = select_list(_NAMES.listed)
 LISTED_STATE = [c.name for c in _NAMES.listed].index("state")
@@ -478,34 +492,52 @@ class JobTable:
 
         return self._read_statements(listing)
 
-    def jobs_changed(self, project, finished_ids):
-        """(pending, running, finished) as ``jobs`` gives them, but of the
-        finished jobs only those of ``finished_ids`` still kept: what a
-        listing kept in memory reads to catch up (store/journal.py)."""
+    def unfinished_jobs(self, project=None):
+        """(pending, running) as ``jobs`` gives them: what a listing kept in
+        memory reads whole at each change (they are few)."""
         where, params = ["state != %(finished)s"], {"finished": FINISHED}
         if project is not None:
             where.append("project_key = %(project)s")
             params["project"] = fold(project)
-        keys = sorted(fold(jobid) for jobid in finished_ids)
 
         def listing(tx):
             listed = self._jobs.listed
             pending, running, _ = (
                 [self._record(listed, row) for row in rows]
                 for rows in self._listed(tx, where, params))
-            finished = []
-            # In slices: a statement's parameters are bounded (SQLite's 32766).
-            for start in range(0, len(keys), 500):
-                chunk = {f"k{n}": key for n, key in enumerate(keys[start:start + 500])}
-                finished += [self._record(listed, row) for row in tx.all(
-                    f"SELECT {SELECT_LISTED} FROM jobs WHERE state = %(finished)s"
-                    f" AND key IN ({', '.join(f'%({name})s' for name in chunk)})",
-                    {**chunk, "finished": FINISHED})]
-            if project is not None:
-                finished = [r for r in finished if fold(r.project) == fold(project)]
-            return pending, running, finished
+            return pending, running
 
         return self._read_statements(listing)
+
+    def finished_rows(self, project=None, ids=None):
+        """The finished jobs (of ``project``; among ``ids`` when given, else
+        all) as tuples of FINISHED_ROW's columns: what a listing kept in
+        memory holds of each, a tenth of a record (store/journal.py)."""
+        where, params = ["state = %(finished)s"], {"finished": FINISHED}
+        if project is not None:
+            where.append("project_key = %(project)s")
+            params["project"] = fold(project)
+        select = f"SELECT {', '.join(FINISHED_ROW)} FROM jobs WHERE {' AND '.join(where)}"
+
+        def read(tx):
+            if ids is None:
+                return tx.all(select, params)
+            return [row for chunk in _key_chunks(ids) for row in tx.all(
+                f"{select} AND key IN ({', '.join(f'%({name})s' for name in chunk)})",
+                {**params, **chunk})]
+
+        return self._read_statements(read)
+
+    def listed_jobs(self, ids):
+        """The records (as listings read them) of the jobs ``ids`` still
+        kept, in no order."""
+        def read(tx):
+            listed = self._jobs.listed
+            return [self._record(listed, row) for chunk in _key_chunks(ids) for row in tx.all(
+                f"SELECT {SELECT_LISTED} FROM jobs"
+                f" WHERE key IN ({', '.join(f'%({name})s' for name in chunk)})", chunk)]
+
+        return self._read_statements(read)
 
     def counts(self):
         def count(tx):

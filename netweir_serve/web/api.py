@@ -1,7 +1,6 @@
 """The scrapyd-shaped JSON endpoints."""
 
 from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from ..access.roles import WRITE, identity_of
 from ..clocks import WallClock
@@ -18,7 +17,7 @@ from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .cache import MAX_ANSWERS, VersionCache
-from .paging import KeptPages, PageRequest, PagedJobs, is_paged
+from .paging import KeptPages, PageRequest, PagedJobs, is_paged, with_entries
 from .refusals import refused
 from .runs import Runs
 from .schedules import schedule_endpoints
@@ -306,7 +305,7 @@ class ListJobs(ApiEndpoint):
 
     def _page(self, asked, project, identity):
         if project and not identity.sees(project):
-            return PagedJobs(([], [], []), lambda record: None).page(asked, node_name())
+            return PagedJobs(([], []), [], lambda record: None).page(asked, node_name())
         if not project and not identity.every_project:
             key, sees = seen_key(identity), identity.sees
         else:
@@ -319,12 +318,16 @@ class ListJobs(ApiEndpoint):
                 # A project is any name: keep the most recently asked.
                 del self._kept[next(iter(self._kept))]
         self._kept[key] = kept
-        paged = kept.paged()
-        if paged.called and not isinstance(paged.result, Failure):
-            # Up to date: answered at once, without a Deferred's round.
-            return paged.result.page(asked, node_name())
-        return paged.addCallback(lambda paged: paged.page(asked, node_name())).addErrback(
-            refused)
+        return kept.paged().addCallback(self._answer_page, asked).addErrback(refused)
+
+    def _answer_page(self, paged, asked):
+        answer = paged.page(asked, node_name())
+        if not answer[FINISHED]:
+            return answer
+        # The finished jobs shown: their records, read for this page alone
+        # (the listing keeps a row of each, not its record).
+        return self.api.store.listed_jobs([row.id for row in answer[FINISHED]]).addCallback(
+            lambda records: with_entries(answer, records))
 
     def _build(self, project, sees=None):
         # Kept per version of the table: a node registering or declared
