@@ -1219,7 +1219,7 @@ class JobStoreContract:
         return found
 
     # Methods that change no job and no schedule, and so tell nothing.
-    READS = ("get", "schedule_jobs", "unfinished_schedule_jobs", "runs", "running", "jobs",
+    READS = ("get", "unfinished_jobs", "finished_rows", "listed_jobs", "schedule_jobs", "unfinished_schedule_jobs", "runs", "running", "jobs",
              "counts", "tally", "next_retry", "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 
