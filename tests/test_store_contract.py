@@ -1219,8 +1219,8 @@ class JobStoreContract:
         return found
 
     # Methods that change no job and no schedule, and so tell nothing.
-    READS = ("get", "unfinished_jobs", "finished_rows", "listed_jobs", "schedule_jobs", "unfinished_schedule_jobs", "runs", "running", "jobs",
-             "counts", "tally", "next_retry", "get_schedule", "chain_firings",
+    READS = ("get", "unfinished_jobs", "finished_rows", "listed_jobs", "schedule_jobs",
+             "unfinished_schedule_jobs", "runs", "running", "jobs", "counts", "tally", "next_retry", "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 
     def test_every_method_is_known_as_a_change_or_not(self):
