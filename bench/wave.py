@@ -36,6 +36,9 @@ import subprocess
 import sys
 import time
 
+from twisted.internet import defer
+from twisted.internet.testing import StringTransport
+
 from netweir_serve.reliability.policy import HEALTH_KEYS
 
 from .figures import EVERY_POLICY_KEY, percentile, rounds
@@ -168,8 +171,6 @@ def web_figures(python, scratch, auth, first, audit, timeout=600):
 
 def _web(reactor, scratch, auth, first, audit):
     """The Deferred of the web figures (the subprocess's work)."""
-    from twisted.internet import defer
-
     return defer.ensureDeferred(_measure_web(reactor, scratch, auth, first, audit))
 
 
@@ -311,30 +312,20 @@ class _Feed:
         return elapsed
 
 
-def _closing_transport():
-    from twisted.internet import defer
-    from twisted.internet.testing import StringTransport
+class _Closing(StringTransport):
+    """A StringTransport whose ``closed`` fires when the server closes it."""
 
-    class Closing(StringTransport):
-        """A StringTransport whose ``closed`` fires when the server closes it."""
+    def __init__(self, host, peer):
+        super().__init__(hostAddress=host, peerAddress=peer)
+        self.closed = defer.Deferred()
 
-        def __init__(self, host, peer):
-            super().__init__(hostAddress=host, peerAddress=peer)
-            self.closed = defer.Deferred()
+    def loseConnection(self):
+        super().loseConnection()
+        if not self.closed.called:
+            self.closed.callback(None)
 
-        def loseConnection(self):
-            super().loseConnection()
-            if not self.closed.called:
-                self.closed.callback(None)
-
-        def abortConnection(self):
-            self.loseConnection()
-
-    return Closing
-
-
-def _Closing(host, peer):
-    return _closing_transport()(host, peer)
+    def abortConnection(self):
+        self.loseConnection()
 
 
 # -- the table's rows -------------------------------------------------------------
