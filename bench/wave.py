@@ -117,10 +117,12 @@ class _Ends:
         self.count += 1
         self.now += 10
         jobid = f"wave{self.count:08d}"
-        self.store.add(JobRecord(id=jobid, project="one", spider="trivial",
-                                 spider_file="/nowhere/spiders.py", created=self.now,
-                                 policy=policy))
-        _fired(self.store.claim_next("bench", ["one"], self.now))
+        _fired(self.store.add(JobRecord(id=jobid, project="one", spider="trivial",
+                                        spider_file="/nowhere/spiders.py", created=self.now,
+                                        policy=policy)))
+        claimed = _fired(self.store.claim_next("bench", ["one"], self.now))
+        if getattr(claimed, "id", None) != jobid:
+            raise RuntimeError(f"claimed {claimed!r}, not job {jobid}")
         cpu, started = time.process_time(), time.perf_counter()
         d = self.store.mark_finished(jobid, "finished", self.now + 1.0, exit_status=0,
                                      stats={"items": 1, "fetched": 1, "failed": 0})
