@@ -18,6 +18,9 @@ measured on three pairs of services and a set of nodes:
   (nodes; skipped, with a note, when no PostgreSQL server answers).
 - netweir-serve's deadline watch with 1,000 running jobs on a Clock, in
   this process (deadlines; bench/deadlines.py).
+- issue 28's wave: a job's end with every health check, token checks
+  against basic auth, an audited write against one without (wave;
+  bench/wave.py).
 
 Everything it started is stopped when it ends, however it ends.
 """
@@ -37,7 +40,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import deadlines, files, paged, schedules, stall
+from . import deadlines, files, paged, schedules, stall, wave
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -182,6 +185,8 @@ class Bench:
             self.part("paged", self.measure_paged)
         if self.wants("deadlines"):
             self.part("deadlines", self.measure_deadlines)
+        if self.wants("wave"):
+            self.part("wave", lambda: wave.measure(self))
         return self.results
 
     def part(self, name, step):
@@ -455,7 +460,7 @@ class Bench:
         self.put("policy_none", {OURS: per_job["none"]}, detail=totals)
         self.put("policy_all", {OURS: per_job["all"]})
         self.notes.append(f"reliability: {m.jobs} trivial jobs took {totals['none']:.1f} s"
-                          f" without a policy and {totals['all']:.1f} s with all eight keys"
+                          f" without a policy and {totals['all']:.1f} s with every key"
                           f" ({per_job['all'] - per_job['none']:+.1f} ms a job), in"
                           f" alternating chunks of {m.chunk or m.jobs}.")
         for kind, bad in totals["not_finished"].items():
