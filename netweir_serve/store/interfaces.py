@@ -154,9 +154,10 @@ class IJobStore(Interface):
     def unfinished_jobs(project=None):
         """(pending, running) as ``jobs`` gives them."""
 
-    def finished_rows(project=None, ids=None):
+    def finished_rows(project=None, ids=None, make=tuple):
         """The finished jobs (of ``project``; among ``ids`` when given) as
-        tuples of job_table.FINISHED_ROW's columns: what a listing kept in
+        ``make(row)`` of each row of job_table.FINISHED_ROW's columns, made
+        as they are read: what a listing kept in
         memory holds, catching up with the ends and prunes ``journal``
         names."""
 

@@ -414,18 +414,34 @@ class JobTable:
 
     def prune(self, keep, node=None):
         whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
+        # Every node's jobs (node None: one service on its own table): the
+        # state alone, which the index jobs_finished_order answers by itself.
+        pruned = _FINISHED_PRUNED if node is not None else "state = %(finished)s"
 
         # Called after every job ends: the count, from the index, spares a
         # sort of the whole finished list (and a write) when nothing is to go.
         def count(tx):
-            return tx.one(f"SELECT COUNT(*) FROM jobs WHERE {_FINISHED_PRUNED}", whose)[0]
+            return tx.one(f"SELECT COUNT(*) FROM jobs WHERE {pruned}", whose)[0]
 
         def forget(tx):
+            # Counted again in the write: another prune may have come first.
+            finished = count(tx)
+            if finished <= keep:
+                return []
+            # The newest of the jobs to forget: counted from the oldest end
+            # (index jobs_finished_order), usually the first step, where the
+            # newest ``keep`` counted from the other end would walk past
+            # every job kept. Every job up to it in that order goes.
+            cut = tx.one(
+                f"SELECT end_time, seq FROM jobs WHERE {pruned}"
+                " ORDER BY end_time, seq LIMIT 1 OFFSET %(past)s",
+                {**whose, "past": finished - int(keep) - 1})
+            if cut is None:
+                return []
             old = [self._record(self._jobs.listed, row) for row in tx.all(
-                f"DELETE FROM jobs WHERE {_FINISHED_PRUNED} AND seq NOT IN"
-                f" (SELECT seq FROM jobs WHERE {_FINISHED_PRUNED}"
-                " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
-                f" RETURNING {SELECT_LISTED}", whose)]
+                f"DELETE FROM jobs WHERE {pruned} AND end_time <= %(end)s"
+                " AND (end_time < %(end)s OR seq <= %(seq)s)"
+                f" RETURNING {SELECT_LISTED}", {**whose, "end": cut[0], "seq": cut[1]})]
             # One notice per job forgotten, each naming it: a listing kept
             # in memory (store/journal.py) drops exactly those.
             for record in old:
@@ -509,10 +525,12 @@ class JobTable:
 
         return self._read_statements(listing)
 
-    def finished_rows(self, project=None, ids=None):
+    def finished_rows(self, project=None, ids=None, make=tuple):
         """The finished jobs (of ``project``; among ``ids`` when given, else
-        all) as tuples of FINISHED_ROW's columns: what a listing kept in
-        memory holds of each, a tenth of a record (store/journal.py)."""
+        all) as ``make(row)`` of each row of FINISHED_ROW's columns (made as
+        they are read, so the rows are never all in memory at once): what a
+        listing kept in memory holds of each, a tenth of a record
+        (store/journal.py)."""
         where, params = ["state = %(finished)s"], {"finished": FINISHED}
         if project is not None:
             where.append("project_key = %(project)s")
@@ -521,8 +539,8 @@ class JobTable:
 
         def read(tx):
             if ids is None:
-                return tx.all(select, params)
-            return [row for chunk in _key_chunks(ids) for row in tx.all(
+                return [make(row) for row in tx.each(select, params)]
+            return [make(row) for chunk in _key_chunks(ids) for row in tx.all(
                 f"{select} AND key IN ({', '.join(f'%({name})s' for name in chunk)})",
                 {**params, **chunk})]
 

@@ -167,6 +167,15 @@ class _Tx:
         self.cursor.execute(sql, params)
         return self.cursor
 
+    def each(self, sql, params=None):
+        """The rows one at a time (a big read never all in memory at once)."""
+        cursor = self.execute(sql, params)
+        while True:
+            rows = cursor.fetchmany(1000)
+            if not rows:
+                return
+            yield from rows
+
     def one(self, sql, params=None):
         return self.execute(sql, params).fetchone()
 

@@ -73,6 +73,10 @@ class _Statements:
     def all(self, statement, params):
         return self._db.execute(in_sqlites_words(statement), params).fetchall()
 
+    def each(self, statement, params):
+        """The rows one at a time (a big read never all in memory at once)."""
+        return self._db.execute(in_sqlites_words(statement), params)
+
     def one(self, statement, params):
         # Every row read, so that a RETURNING statement is finished.
         rows = self.all(statement, params)

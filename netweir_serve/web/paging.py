@@ -194,15 +194,19 @@ class PagedJobs:
     (``catch_up``): a job that ended is put in its place, one pruned taken
     out; the unfinished lists, a few jobs, are replaced whole.
 
-    ``unfinished`` is (pending, running) records, ``finished`` tuples of
-    job_table.FINISHED_ROW's columns (store.finished_rows)."""
+    ``unfinished`` is (pending, running) records, ``finished`` FinishedRows
+    made with ``same`` (or tuples of job_table.FINISHED_ROW's columns, when
+    ``same`` is not given), in any order."""
 
-    def __init__(self, unfinished, finished, waits_for):
+    def __init__(self, unfinished, finished, waits_for, same=None):
         self.waits_for = waits_for
         self.sections = {}
-        self._same = _interner()
+        if same is None:
+            same = _interner()
+            finished = [FinishedRow(row, same) for row in finished]
+        self._same = same
         self._set_unfinished(*unfinished)
-        rows = sorted((FinishedRow(row, self._same) for row in finished), key=_finished_key)
+        rows = sorted(finished, key=_finished_key)
         self._rows = rows
         # Each finished job's row, by folded id: how a job that ended
         # again or was pruned is found in the list.
@@ -339,10 +343,15 @@ class KeptPages:
         ids = None
         if self._paged is not None and journal is not None:
             ids = journal.finished_since(self._version, version)
+        same = None
         if ids is None:
             self.whole_reads += 1
             self._built()
-            reads = [store.unfinished_jobs(self.project), store.finished_rows(self.project)]
+            # Each row made a FinishedRow as it is read (on the store's
+            # thread), so the rows are never all in memory at once.
+            same = _interner()
+            reads = [store.unfinished_jobs(self.project),
+                     store.finished_rows(self.project, make=lambda row: FinishedRow(row, same))]
         else:
             self.caught_up += 1
             reads = [store.unfinished_jobs(self.project),
@@ -352,17 +361,19 @@ class KeptPages:
             (pending, running), finished = results
             pending, running = self._seen(pending), self._seen(running)
             if self.sees is not None:
-                finished = [row for row in finished if self.sees(row[FINISHED_PROJECT])]
+                finished = [row for row in finished if self.sees(
+                    row.project if same is not None else row[FINISHED_PROJECT])]
             return self.api.reasons(running).addCallback(
-                lambda waits_for: self._apply((pending, running), finished, ids, waits_for))
+                lambda waits_for: self._apply((pending, running), finished, ids, waits_for,
+                                              same))
 
         return defer.gatherResults(reads, consumeErrors=True).addErrback(
             _first_error).addCallback(made).addCallback(self._keep, version)
 
-    def _apply(self, unfinished, finished, ids, waits_for):
+    def _apply(self, unfinished, finished, ids, waits_for, same):
         if ids is None:
             # Sorting a whole table: off the reactor's thread.
-            return self.api.build_aside(PagedJobs, unfinished, finished, waits_for)
+            return self.api.build_aside(PagedJobs, unfinished, finished, waits_for, same)
         self._paged.catch_up(unfinished, finished, ids, waits_for)
         return self._paged
 
