@@ -134,6 +134,24 @@ class SchedulesPageTests(BrowserMixin, CrawlTestCase):
         wait_until(lambda: card.locator("dl.counts dd").first.inner_text() == "1", 10,
                    "its run counted")
 
+        # Backfill: a reversed range refused beside 'to'; then the one due
+        # time of a weekday morning in the past (read in the schedule's zone).
+        card.get_by_role("button", name="Backfill…").click()
+        backfill = card.locator("form.backfill-form")
+        backfill.locator("input[name=from]").fill("2026-11-27T05:00")
+        backfill.locator("input[name=to]").fill("2026-11-27T04:00")
+        backfill.locator("button[type=submit]").click()
+        refusal = backfill.locator("label:has(input[name=to]) + .field-error")
+        refusal.wait_for()
+        self.assertIn("parameter 'to'", refusal.inner_text())
+        day = past_weekday()
+        backfill.locator("input[name=from]").fill(f"{day}T04:00")
+        backfill.locator("input[name=to]").fill(f"{day}T05:00")
+        backfill.locator("button[type=submit]").click()
+        wait_until(lambda: card.locator(".said").inner_text() == "Queued 1 job(s)", 10,
+                   "the backfill said")
+        self.assertEqual(backfill.count(), 0)
+
         # Delete: asked twice.
         delete = card.get_by_role("button", name="Delete")
         delete.click()
@@ -212,6 +230,15 @@ class SchedulesPageTests(BrowserMixin, CrawlTestCase):
             shot.wait_for_selector("#live[data-state=live]")
         self.screenshots(admin, "schedules", drawn)
         self.assertEqual(self.errors, [])
+
+
+def past_weekday():
+    """A Monday to Friday at least two days ago, as YYYY-MM-DD."""
+    from datetime import date, timedelta
+    day = date.today() - timedelta(days=2)
+    while day.weekday() > 4:
+        day -= timedelta(days=1)
+    return day.isoformat()
 
 
 def time_iso(text):
