@@ -5,12 +5,53 @@ two nodes sharing a PostgreSQL job table (tests/pg.py), one killed with
 without a reload once the other declares it so (--node-timeout 6)."""
 
 import tempfile
+from types import SimpleNamespace
+
+from twisted.trial import unittest
+
+from netweir_serve.access.roles import Identity
+from netweir_serve.web.nodes import ListNodes
 
 from .browser import BrowserMixin
 from .processes import wait_until
 from .test_cluster import AUTH, ClusterTestCase
 from .test_console_schedules import ready, token, url_of
 from .test_jobs import CrawlTestCase
+
+
+def table_node(name, dead=False, projects=("news", "shop")):
+    """A row of IClusterStore.nodes(): the projects folded, as stored."""
+    return {"name": name, "url": f"http://{name}:6800", "heartbeat": 1000.0, "started": 900.0,
+            "dead": dead, "age": 2.5, "projects": list(projects)}
+
+
+class ListNodesAnswerTests(unittest.TestCase):
+    """The answer from a shared table's rows, without a service."""
+
+    def answer(self, identity):
+        api = SimpleNamespace(
+            node="alpha", store=SimpleNamespace(shared=True),
+            projects=SimpleNamespace(names=lambda: ["News", "shop"]),
+            launcher=SimpleNamespace(slots_free=lambda: 4))
+        nodes = [table_node("alpha"), table_node("beta", dead=True, projects=("news",))]
+        running = [SimpleNamespace(project=project, node=node) for project, node in
+                   (("shop", "alpha"), ("News", "alpha"), ("news", "beta"))]
+        return ListNodes(api)._answer(nodes, running, identity)
+
+    def test_each_node_with_its_running_jobs_and_the_answering_nodes_free_slots(self):
+        answer = self.answer(Identity.of(None, "admin"))
+        self.assertEqual(answer, {"shared": True, "nodes": [
+            {"name": "alpha", "url": "http://alpha:6800", "up": True, "heartbeat": 1000.0,
+             "started": 900.0, "age": 2.5, "running": 2, "slots_free": 4,
+             "projects": ["News", "shop"], "this": True},
+            {"name": "beta", "url": "http://beta:6800", "up": False, "heartbeat": 1000.0,
+             "started": 900.0, "age": 2.5, "running": 1, "slots_free": None,
+             "projects": ["News"], "this": False}]})
+
+    def test_a_viewer_sees_neither_the_names_nor_the_jobs_of_other_projects(self):
+        answer = self.answer(Identity.of("viewer1", "viewer", ["shop"]))
+        self.assertEqual([(n["name"], n["projects"], n["running"]) for n in answer["nodes"]],
+                         [("alpha", ["shop"], 1), ("beta", [], 0)])
 
 
 class ListNodesTests(CrawlTestCase):
