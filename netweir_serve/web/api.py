@@ -19,6 +19,7 @@ from .params import ApiError
 from .cache import MAX_ANSWERS, VersionCache
 from .paging import KeptPages, PageRequest, PagedJobs, is_paged, with_entries
 from .refusals import refused
+from .nodes import ListNodes
 from .runs import Runs
 from .schedules import schedule_endpoints
 from .views import format_time, job_entry, stats_entry
@@ -38,7 +39,7 @@ class Api:
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
                  max_per_spider=None, history=None, owners=None, listing_builds=None,
-                 build_aside=None, limits=None, wall=None, audit=None):
+                 build_aside=None, limits=None, wall=None, audit=None, node=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -66,6 +67,8 @@ class Api:
         self.wall = wall if wall is not None else WallClock()
         # The audit the writes are recorded in (web/audit.AuditLog), or None.
         self.audit = audit
+        # This node's name (--node-name, or the host's), for listnodes.json.
+        self.node = node
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -446,6 +449,7 @@ def endpoints(api):
         b"whoami.json": WhoAmI(api),
         b"jobstats.json": JobStats(api),
         b"runs.json": Runs(api),
+        b"listnodes.json": ListNodes(api),
         b"status.json": Status(api),
         b"audit.json": AuditList(api),
         b"delproject.json": DelProject(api),
