@@ -277,7 +277,7 @@ class PagedJobs:
 
     def _entry(self, record):
         waits_for = self.waits_for(record) if record.state == PENDING else None
-        return job_entry(record, waits_for)
+        return job_entry(record, waits_for, times=True)
 
 
 def with_entries(answer, records):
@@ -285,7 +285,7 @@ def with_entries(answer, records):
     ``records`` (their jobs' records, in any order); a job pruned since the
     page was chosen is left out."""
     by_id = {fold(record.id): record for record in records}
-    answer[FINISHED] = [job_entry(by_id[fold(row.id)]) for row in answer[FINISHED]
+    answer[FINISHED] = [job_entry(by_id[fold(row.id)], times=True) for row in answer[FINISHED]
                         if fold(row.id) in by_id]
     return answer
 
