@@ -55,7 +55,7 @@ class JobDetail(ApiEndpoint):
 def detail_entry(record, attempts):
     """job.json's ``job``: ``record``'s listing entry and the rest (above);
     ``attempts`` the records of its retry chain, first to last."""
-    entry = job_entry(record)
+    entry = job_entry(record, times=True)
     # The listings say a job's state by the list it is in; here, in words.
     entry["state"] = record.state
     settings = shown_settings(record.settings)
