@@ -311,8 +311,10 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         self.assertIn("2 of 3", fact(page, "Attempt").inner_text())
         self.assertEqual(fact(page, "Retry of").locator("a")
                          .get_attribute("href"), "/job/shop/night-1")
-        self.assertEqual(fact(page, "Schedule").locator("a").inner_text(),
-                         "nightly")
+        self.assertEqual(fact(page, "Schedule").locator("a").inner_text(), "nightly")
+        # The schedules page's card of it (id schedule-NAME).
+        self.assertEqual(fact(page, "Schedule").locator("a").get_attribute("href"),
+                         "/schedules#schedule-nightly")
         self.assertEqual(fact(page, "Node").locator("dd").inner_text(), "n1")
         rows = page.locator("#attempts tbody tr")
         self.assertEqual(rows.count(), 3)

@@ -117,7 +117,7 @@
       fact("Run time", C.el("span", {class: "num"}, runtime === null ? "–" : C.duration(runtime))),
       fact("Node", job.node || C.el("span", {class: "muted"}, "none (it never ran)")),
       fact("Queued by", queuedBy(job)),
-      job.schedule ? fact("Schedule", C.el("a", {href: "/schedules#" + encodeURIComponent(job.schedule)},
+      job.schedule ? fact("Schedule", C.el("a", {href: "/schedules#schedule-" + encodeURIComponent(job.schedule)},
                                             job.schedule)) : null,
       job.upstream ? fact("After job", C.el("a", {href: C.jobHref(job.project, job.upstream)},
                                              job.upstream)) : null,
@@ -137,7 +137,7 @@
     if (!job.by) return C.el("span", {class: "muted"}, "not recorded (no credentials asked)");
     const schedule = /^schedule:(.+)$/.exec(job.by);
     if (schedule) {
-      return C.el("span", {}, "schedule ", C.el("a", {href: "/schedules#" + encodeURIComponent(schedule[1])},
+      return C.el("span", {}, "schedule ", C.el("a", {href: "/schedules#schedule-" + encodeURIComponent(schedule[1])},
                                                 schedule[1]));
     }
     return job.by;
