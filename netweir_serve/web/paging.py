@@ -4,7 +4,9 @@ Without ``limit`` listjobs.json answers as scrapyd's does, every job in
 three lists. With it, the answer is a window over the same three lists
 laid end to end (pending in queue order, running by start, finished
 newest first), at most ``limit`` jobs, each in the list of its state, and
-``next_before``: the cursor of the next page, null after the last.
+``next_before``: the cursor of the next page, null after the last. A
+finished job's entry there has its ``items``, ``pages`` and ``errors``
+too (the counts kept in its row), so that a page needs no request per job.
 
 A cursor names the place of the last job shown by its sort key (its state,
 the time that orders its list, its row's ``seq``), never by its position,
@@ -181,4 +183,10 @@ class PagedJobs:
 
     def _entry(self, record):
         waits_for = self.waits_for(record) if record.state == PENDING else None
-        return job_entry(record, waits_for)
+        entry = job_entry(record, waits_for)
+        if record.state == FINISHED:
+            # The counts its health was judged by (health.counts), kept in
+            # the row: a page of finished jobs shows them without a
+            # jobstats.json per job. Null for a run that wrote no stats.
+            entry.update(items=record.items, pages=record.pages, errors=record.errors)
+        return entry
