@@ -45,12 +45,10 @@
   // What is shown: the jobs of each section, the page's cursors.
   const view = {
     running: [], pending: [], finished: [], morePending: false, moreRunning: false,
-    next: null, newer: 0, filters: {}, before: null, sort: null, loaded: 0,
+    next: null, newer: 0, filters: {}, before: null, sort: null,
   };
   const spark = new Map();   // job id (folded) -> [[time, items]]
-  let me = null;             // whoami.json's answer, once it came
   let writes = new Set();    // projects (folded) whose buttons are shown
-  let nodes = {root: null};
 
   // -- values ---------------------------------------------------------------------
 
@@ -141,8 +139,6 @@
       if (mine !== generation) return;
       view.finished = answer.finished;
       view.next = answer.next_before;
-      nodes.root = answer.node_name;
-      view.loaded = Date.now() / 1000;
       performance.mark("jobs:finished-answer");
       drawFinished();
       performance.mark("jobs:finished-drawn");
@@ -668,7 +664,7 @@
     // Then the rest, once the lists came: a browser opens few connections
     // to one address at a time, and the service takes 8 from one.
     await loaded;
-    me = await C.whoami();
+    const me = await C.whoami();
     writes = new Set((me.writes || []).map(fold));
     const projects = await fillProjects();
     drawRunning();
