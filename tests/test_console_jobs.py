@@ -288,6 +288,31 @@ class LiveTests(ConsoleCase):
         self.assertEqual((state, entry["outcome"]), ("finished", "cancelled"))
         self.assertEqual(self.errors, [])
 
+    def test_a_listing_older_than_an_event_does_not_bring_a_job_back(self):
+        daemon = self.seeded(3)
+        running = daemon.must_schedule("shop", "slow", delay="0.2", jobid="slow-late")
+        daemon.wait_state(running, "running")
+        held = []
+
+        def watch(page):
+            # The running list's answer is read now (the job runs) and
+            # handed to the page only after the job has ended.
+            page.route("**/listjobs.json?*state=running*",
+                       lambda route: held.append((route, route.fetch())))
+
+        page = self.open(f"http://127.0.0.1:{daemon.port}/", watch=watch)
+        self.live(page)
+        wait_until(lambda: held, 15, "the running list asked for")
+        daemon.post("cancel.json", {"project": "shop", "job": running})
+        page.locator('#finished tr[data-job="slow-late"]').wait_for(timeout=30000)
+        route, answer = held[0]
+        self.assertIn(b'"slow-late"', answer.body())
+        route.fulfill(response=answer)
+        page.locator("#running p.empty").wait_for(timeout=15000)
+        self.assertEqual(self.rows(page, "running"), [])
+        self.assertEqual(self.rows(page)[0], "slow-late")
+        self.assertEqual(self.errors, [])
+
     def test_a_queued_job_is_listed_and_cancelled_from_the_queue(self):
         daemon = self.seeded(3, "--max-jobs", "1")
         busy = daemon.must_schedule("shop", "slow", delay="0.2", jobid="busy")

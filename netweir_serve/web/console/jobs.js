@@ -127,17 +127,42 @@
     return C.get("listjobs.json", params);
   }
 
+  // The last event of each job (folded id): {job, at}, ``at`` when it came.
+  const heard = new Map();
+
+  // ``jobs``, a list of ``state`` a listing answered, with what events said
+  // since it was asked (``asked``, a time): a job that moved on meanwhile
+  // leaves it, one that came into it joins it (first: the newest).
+  function reconcile(state, jobs, asked) {
+    const listed = new Set(jobs.map(key));
+    const since = (job) => {
+      const last = heard.get(key(job));
+      return last && last.at >= asked ? last.job : null;
+    };
+    const kept = jobs.filter((job) => !since(job) || since(job).state === state)
+      .map((job) => since(job) || job);
+    if (state === "finished" && view.before) return kept;   // newer than this page
+    const joined = [];
+    for (const [id, last] of heard) {
+      if (last.at >= asked && last.job.state === state && !listed.has(id) && matches(last.job)) {
+        joined.push(last.job);
+      }
+    }
+    return state === "finished" ? joined.reverse().concat(kept) : kept.concat(joined);
+  }
+
   // Reads the view from the address and asks for its three lists.
   function load() {
     readAddress();
     const mine = ++generation;
+    const asked = Date.now();
     view.newer = 0;
     drawFilters();
     const finishedOnly = FINISHED_ONLY.some((name) => view.filters[name]);
     sections.running.hidden = sections.pending.hidden = finishedOnly;
-    const asked = [ask("finished", PAGE, view.before).then((answer) => {
+    const answers = [ask("finished", PAGE, view.before).then((answer) => {
       if (mine !== generation) return;
-      view.finished = answer.finished;
+      view.finished = reconcile("finished", answer.finished, asked);
       view.next = answer.next_before;
       performance.mark("jobs:finished-answer");
       drawFinished();
@@ -147,21 +172,21 @@
       view.running = [];
       view.pending = [];
     } else {
-      asked.push(ask("running", BUSY).then((answer) => {
+      answers.push(ask("running", BUSY).then((answer) => {
         if (mine !== generation) return;
-        view.running = answer.running;
+        view.running = reconcile("running", answer.running, asked);
         view.moreRunning = answer.next_before !== null;
         drawRunning();
         runningStats(view.running.slice(0, RUNNING_HISTORIES).map((job) => job.id), mine);
       }, (error) => mine === generation && C.showError(sections.running.body, error)));
-      asked.push(ask("pending", BUSY).then((answer) => {
+      answers.push(ask("pending", BUSY).then((answer) => {
         if (mine !== generation) return;
-        view.pending = answer.pending;
+        view.pending = reconcile("pending", answer.pending, asked);
         view.morePending = answer.next_before !== null;
         drawPending();
       }, (error) => mine === generation && C.showError(sections.pending.body, error)));
     }
-    return Promise.all(asked);
+    return Promise.all(answers);
   }
 
   // The running jobs' stats so far (their counts and sparklines), one
@@ -194,6 +219,8 @@
   // joins the one of its state, if it passes the filters.
   function jobEvent(job) {
     const id = key(job);
+    heard.set(id, {job, at: Date.now()});
+    if (heard.size > 1000) heard.delete(heard.keys().next().value);
     if (job.state === "running") {
       const items = count(job, "items");
       if (items !== null) {
