@@ -154,23 +154,6 @@ class PagingTests(unittest.TestCase):
         body = answer if isinstance(answer, bytes) else self.successResultOf(answer)
         self.assertNotIn("items", json.loads(body)["finished"][0])
 
-    def test_a_page_reads_its_finished_jobs_not_the_table(self):
-        for n in range(30):
-            self.finish(f"j{n:02}")
-        asked = []
-        jobs, page = self.store.jobs, self.store.finished_page
-        self.store.jobs = lambda *a, **kw: asked.append(("jobs", a, kw)) or jobs(*a, **kw)
-        self.store.finished_page = lambda *a: asked.append(("page",) + a) or page(*a)
-        answer = self.ask(limit="5", spider="BOOKS", q="J2")
-        self.assertEqual(self.ids(answer), ["j29", "j28", "j27", "j26", "j25"])
-        # Only the unfinished jobs are read whole; the page asks for one
-        # more finished job than it has room for (is there a next page?).
-        self.assertEqual(asked, [("jobs", (None,), {"finished": False}),
-                                 ("page", None, {"spider": "books"}, "j2", None, 6)])
-        self.assertEqual(self.ids(self.ask(limit="5", spider="books", q="j2",
-                                           before=answer["next_before"])),
-                         ["j24", "j23", "j22", "j21", "j20"])
-
     def test_without_limit_the_answer_is_scrapyds(self):
         self.finish("j0")
         answer = self.listjobs.answer(Params([]), None)

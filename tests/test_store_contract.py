@@ -634,52 +634,6 @@ class JobStoreContract:
                          (["d", "e"], ["c"], ["a", "b"]))
 
     @defer.inlineCallbacks
-    def test_a_listing_without_finished_jobs_reads_none(self):
-        yield self.add_all(record("a"), record("b"), record("c"))
-        yield self.finish("a", 5.0)
-        yield self.store.claim_next(NODE_A, ["shop"], 6.0)
-        pending, running, finished = yield self.store.jobs(finished=False)
-        self.assertEqual((ids(pending), ids(running), finished), (["c"], ["b"], []))
-        self.assertEqual((yield self.store.jobs("SHOP", finished=False))[1], running)
-
-    @defer.inlineCallbacks
-    def test_finished_jobs_a_page_at_a_time(self):
-        yield self.add_all(record("A-1", spider="books"), record("b_1", project="news"),
-                           record("c%1", spider="films"), record("d-1", spider="BOOKS"),
-                           record("e-1"), record("never"))
-        yield self.finish("A-1", 10.0)
-        yield self.finish("b_1", 30.0, outcome="failed", reason="exit 1")
-        yield self.finish("c%1", 20.0)
-        yield self.finish("d-1", 20.0, outcome="failed", reason="exit 1")
-        yield self.store.claim_next(NODE_A, ["shop"], 40.0)   # e-1 runs
-        page = self.store.finished_page
-
-        def of(*args):
-            return page(*args).addCallback(ids)
-
-        # Newest ended first; an equal end time: the later row first.
-        self.assertEqual((yield of(None, {}, None, None, 10)), ["b_1", "d-1", "c%1", "A-1"])
-        self.assertEqual((yield of(None, {}, None, None, 2)), ["b_1", "d-1"])
-        last = yield page(None, {}, None, None, 2)
-        after = (last[-1].end_time, last[-1].seq)
-        self.assertEqual((yield of(None, {}, None, after, 2)), ["c%1", "A-1"])
-        # Projects (folded), columns in any case, text in the id, LIKE's
-        # wildcards taken as they are.
-        self.assertEqual((yield of({"news"}, {}, None, None, 10)), ["b_1"])
-        self.assertEqual((yield of(set(), {}, None, None, 10)), [])
-        self.assertEqual((yield of(None, {"spider": "books"}, None, None, 10)),
-                         ["b_1", "d-1", "A-1"])
-        self.assertEqual((yield of(None, {"outcome": "failed", "node": NODE_A.lower()},
-                                   None, None, 10)), ["b_1", "d-1"])
-        self.assertEqual((yield of(None, {"reason": "exit 1"}, "d-", None, 10)), ["d-1"])
-        self.assertEqual((yield of(None, {}, "a-", None, 10)), ["A-1"])
-        self.assertEqual((yield of(None, {}, "_", None, 10)), ["b_1"])
-        self.assertEqual((yield of(None, {}, "%", None, 10)), ["c%1"])
-        self.assertEqual((yield of(None, {}, "!", None, 10)), [])
-        [one] = yield page(None, {"spider": "films"}, None, None, 10)
-        self.assertEqual((one.state, one.stats, one.outcome), ("finished", None, "finished"))
-
-    @defer.inlineCallbacks
     def test_listings_carry_no_stats_but_get_does(self):
         yield self.add_all(record("done"), record("lost"))
         yield self.finish("done", 5.0, stats={"items": 30})
@@ -1265,7 +1219,6 @@ class JobStoreContract:
 
     # Methods that change no job and no schedule, and so tell nothing.
     READS = ("get", "schedule_jobs", "unfinished_schedule_jobs", "runs", "running", "jobs",
-             "finished_page",
              "counts", "tally", "next_retry", "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 

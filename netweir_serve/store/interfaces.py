@@ -146,22 +146,10 @@ class IJobStore(Interface):
         node running the job carries out what the record asks, however it
         hears of it (a notice, or its own look at the table)."""
 
-    def jobs(project=None, finished=True):
+    def jobs(project=None):
         """(pending, running, finished) lists of JobRecords without stats, of
         one project (any case) or all: pending by start order, running by
-        start time, finished most recent last. Without ``finished``, the
-        finished list is empty and no finished row is read."""
-
-    def finished_page(projects, equal, text, after, limit):
-        """Up to ``limit`` finished JobRecords without stats, the most
-        recently ended first (then the latest ``seq`` first): of the
-        projects ``projects`` (folded names; None for all), whose columns
-        named in ``equal`` ({column: folded value}; spider, outcome,
-        schedule, reason, health, node) hold those values in any case,
-        whose id holds ``text`` (lower case; None for any), and that come
-        after ``after``, (end_time, seq) of a job (None: from the first).
-        A job without an end_time sorts as if it ended at 0. What
-        listjobs.json's pages read, a page at a time, not the table."""
+        start time, finished most recent last."""
 
     def counts():
         """A dict of how many jobs are pending, running and finished."""

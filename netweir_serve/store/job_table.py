@@ -123,10 +123,6 @@ def _schedule_key(name):
     return fold(name) if name is not None else None
 
 
-# The columns finished_page may compare (lower(COLUMN) = a folded value).
-PAGE_COLUMNS = frozenset({"spider", "outcome", "schedule", "reason", "health", "node"})
-
-
 def where_all(conditions):
     """The WHERE clause of ``conditions`` (a list), all to hold."""
     return f"WHERE {' AND '.join(conditions)}" if conditions else ""
@@ -468,12 +464,10 @@ class JobTable:
             f"SELECT id FROM jobs WHERE {_SCHEDULE_IS} AND state != %(finished)s"
             " ORDER BY seq", {"schedule_key": fold(name), "finished": FINISHED})])
 
-    def jobs(self, project=None, finished=True):
+    def jobs(self, project=None):
         where, params = [], {}
         if project is not None:
             where, params = ["project_key = %(project)s"], {"project": fold(project)}
-        if not finished:
-            where, params = where + ["state != %(finished)s"], {**params, "finished": FINISHED}
 
         def listing(tx):
             listed = self._jobs.listed
@@ -481,40 +475,6 @@ class JobTable:
                          for rows in self._listed(tx, where, params))
 
         return self._read_statements(listing)
-
-    def finished_page(self, projects, equal, text, after, limit):
-        # end_time DESC, seq DESC: the order of web/paging.py's sort keys
-        # (a finished job without an end sorts as if it ended at 0).
-        ended = "COALESCE(end_time, 0)"
-        where, params = ["state = %(finished)s"], {"finished": FINISHED, "limit": int(limit)}
-        if projects is not None:
-            if not projects:
-                return defer.succeed([])
-            names = {f"p{n}": name for n, name in enumerate(sorted(projects))}
-            where.append(f"project_key IN ({', '.join(f'%({k})s' for k in names)})")
-            params.update(names)
-        for n, (column, value) in enumerate(sorted(equal.items())):
-            if column not in PAGE_COLUMNS:
-                raise ValueError(f"no filter on column {column!r}")
-            where.append(f"lower({column}) = %(v{n})s")
-            params[f"v{n}"] = value
-        if text:
-            # LIKE with its wildcards escaped: text anywhere in the id.
-            escaped = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-            where.append("lower(id) LIKE %(text)s ESCAPE '!'")
-            params["text"] = f"%{escaped}%"
-        if after is not None:
-            where.append(f"({ended} < %(after_end)s OR ({ended} = %(after_end)s"
-                         " AND seq < %(after_seq)s))")
-            params.update(after_end=after[0], after_seq=after[1])
-        # The page's rows chosen by their sort key alone, then read: a sort
-        # carrying every listed column of 10,000 rows took 60 to 75 ms in
-        # SQLite, this one 4 to 12.
-        order = f"ORDER BY {ended} DESC, seq DESC"
-        statement = (f"SELECT {SELECT_LISTED} FROM jobs WHERE seq IN (SELECT seq FROM jobs"
-                     f" {where_all(where)} {order} LIMIT %(limit)s) {order}")
-        return self._read_statements(lambda tx: [
-            self._record(self._jobs.listed, row) for row in tx.all(statement, params)])
 
     def counts(self):
         def count(tx):

@@ -306,31 +306,19 @@ class ListJobs(ApiEndpoint):
 
     def _page(self, asked, project, identity):
         if project and not identity.sees(project):
-            return PagedJobs(([], []), lambda record: None).page(asked, node_name())[0]
-        if project:
-            key, sees, projects = fold(project), None, {fold(project)}
-        elif not identity.every_project:
-            key, sees, projects = seen_key(identity), identity.sees, identity.projects
+            return PagedJobs(([], [], []), lambda record: None).page(asked, node_name())
+        if not project and not identity.every_project:
+            key, sees = seen_key(identity), identity.sees
         else:
-            key, sees, projects = None, None, None
+            key, sees = (fold(project) if project else None), None
         paged = self._paged.answer(key, lambda: self._paged_jobs(project, sees))
         if not isinstance(paged, defer.Deferred):
-            paged = defer.succeed(paged)
-        return paged.addCallback(self._finished, asked, projects).addErrback(refused)
-
-    def _finished(self, paged, asked, projects):
-        """The page, with the finished jobs it has room for read from the
-        store (one more, to know whether a next page exists)."""
-        answer, rest = paged.page(asked, node_name())
-        if rest is None:
-            return answer
-        after, room, _ = rest
-        read = self.api.store.finished_page(projects, asked.columns, asked.text, after,
-                                            room + 1)
-        return read.addCallback(lambda records: paged.finish(answer, rest, records))
+            return paged.page(asked, node_name())
+        return paged.addCallback(lambda paged: paged.page(asked, node_name())).addErrback(
+            refused)
 
     def _paged_jobs(self, project, sees):
-        jobs = self.api.store.jobs(project, finished=False)
+        jobs = self.api.store.jobs(project)
         if sees is not None:
             jobs.addCallback(lambda lists: tuple(
                 [r for r in records if sees(r.project)] for records in lists))

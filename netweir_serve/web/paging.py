@@ -8,10 +8,6 @@ newest first), at most ``limit`` jobs, each in the list of its state, and
 finished job's entry there has its ``items``, ``pages`` and ``errors``
 too (the counts kept in its row), so that a page needs no request per job.
 
-Pending and running jobs are held in paged order once per change of the
-table (``PagedJobs``); finished ones are read a page at a time, in SQL
-(``IJobStore.finished_page``), so that 10,000 of them cost a page's read.
-
 A cursor names the place of the last job shown by its sort key (its state,
 the time that orders its list, its row's ``seq``), never by its position,
 so it stays valid when that job is pruned or others end meanwhile: a job
@@ -106,13 +102,10 @@ class PageRequest:
         self.before = decode_cursor(before) if before else None
         self.states = _states(params.all("state"))
         self.filters = []
-        # The same, by column, for the store's read of finished jobs.
-        self.columns = {}
         for name, value_of in FILTERS.items():
             wanted = params.get(name)
             if wanted:
                 self.filters.append((value_of, fold(wanted)))
-                self.columns[name] = fold(wanted)
         q = params.get("q")
         self.text = q.lower() if q else None
 
@@ -149,32 +142,24 @@ def _states(values):
 
 
 class PagedJobs:
-    """One version of the pending and running jobs, in paged order: their
-    lists and sort keys, made once and searched by every page asked of
-    it. The finished jobs, the long list, are not held here: a page reads
-    those it shows from the store (``finished_page``), so that a change
-    of the table costs a read of the jobs not yet ended, whatever the
-    number that did (10,000 finished rows took 1.5 s to read and order)."""
+    """One version of the job table, in paged order: the three lists and
+    their sort keys, made once and searched by every page asked of it."""
 
     def __init__(self, jobs, waits_for):
-        pending, running = jobs[0], jobs[1]
+        pending, running, finished = jobs
         self.waits_for = waits_for
         self.sections = {}
-        for state, records in ((PENDING, pending), (RUNNING, running)):
+        for state, records in ((PENDING, pending), (RUNNING, running),
+                               (FINISHED, reversed(finished))):
             ordered = sorted(records, key=sort_key)
             self.sections[state] = (ordered, [sort_key(r) for r in ordered])
 
     def page(self, request, node):
-        """(answer, rest): the answer to ``request`` (a PageRequest) as far
-        as the jobs held here go, and None when it is whole; else the
-        finished jobs still to read: (after, count, last), ``after`` the
-        (end_time, seq) they come after (None for the first),
-        ``count`` how many the page has room for, ``last`` the sort key of
-        the page's last job so far (the cursor if no finished one fits)."""
+        """The answer to ``request`` (a PageRequest), a dict."""
         answer = {"node_name": node, "status": "ok",
                   PENDING: [], RUNNING: [], FINISHED: [], "next_before": None}
         shown, last = 0, None
-        for state in (PENDING, RUNNING):
+        for state in STATES:
             if state not in request.states:
                 continue
             records, keys = self.sections[state]
@@ -191,25 +176,9 @@ class PagedJobs:
                 if shown == request.limit:
                     # One more matches: there is a next page.
                     answer["next_before"] = encode_cursor(last)
-                    return answer, None
+                    return answer
                 answer[state].append(self._entry(record))
                 shown, last = shown + 1, keys[index]
-        if FINISHED not in request.states:
-            return answer, None
-        after = None
-        if request.before is not None and request.before[0] == RANKS[FINISHED]:
-            after = (-request.before[1], -request.before[2])
-        return answer, (after, request.limit - shown, last)
-
-    def finish(self, answer, rest, records):
-        """``answer`` with the finished ``records`` read for its ``rest``
-        (one more than it has room for, when there are more)."""
-        _, room, last = rest
-        for record in records[:room]:
-            answer[FINISHED].append(self._entry(record))
-            last = sort_key(record)
-        if len(records) > room:
-            answer["next_before"] = encode_cursor(last)
         return answer
 
     def _entry(self, record):
