@@ -42,7 +42,9 @@ ENDPOINT_RULES = {
     b"listpolicies.json": READ,
     b"listjobs.json": READ,
     b"jobstats.json": READ,
+    b"job.json": READ,              # one job, for its console page
     b"runs.json": READ,
+    b"listnodes.json": READ,        # the nodes, each with the projects it sees
     b"status.json": READ,
     b"whoami.json": READ,           # its own name, role and projects
     # The audit: an operator's (its projects) or an admin's; a viewer

@@ -16,9 +16,11 @@ from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
-from .cache import VersionCache
-from .paging import PageRequest, PagedJobs, is_paged
+from .cache import MAX_ANSWERS, VersionCache
+from .jobdetail import JobDetail
+from .paging import KeptPages, PageRequest, PagedJobs, is_paged, with_entries
 from .refusals import refused
+from .nodes import ListNodes
 from .runs import Runs
 from .schedules import schedule_endpoints
 from .views import format_time, job_entry, stats_entry
@@ -38,7 +40,7 @@ class Api:
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
                  max_per_spider=None, history=None, owners=None, listing_builds=None,
-                 build_aside=None, limits=None, wall=None, audit=None):
+                 build_aside=None, limits=None, wall=None, audit=None, node=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -66,6 +68,8 @@ class Api:
         self.wall = wall if wall is not None else WallClock()
         # The audit the writes are recorded in (web/audit.AuditLog), or None.
         self.audit = audit
+        # This node's name (--node-name, or the host's), for listnodes.json.
+        self.node = node
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -283,9 +287,8 @@ class ListJobs(ApiEndpoint):
         self._cache = VersionCache(lambda: api.store,
                                    built=lambda: api.listing_builds.count("listjobs.json"))
         # The paged answers' source (web/paging.py): the table in paged
-        # order, made once per change and searched by every page.
-        self._paged = VersionCache(lambda: api.store,
-                                   built=lambda: api.listing_builds.count("listjobs.json paged"))
+        # order, kept in memory per listing and caught up at each change.
+        self._kept = {}
 
     def answer(self, params, request):
         project = params.name("project", required=False)
@@ -306,25 +309,29 @@ class ListJobs(ApiEndpoint):
 
     def _page(self, asked, project, identity):
         if project and not identity.sees(project):
-            return PagedJobs(([], [], []), lambda record: None).page(asked, node_name())
+            return PagedJobs(([], []), [], lambda record: None).page(asked, node_name())
         if not project and not identity.every_project:
             key, sees = seen_key(identity), identity.sees
         else:
             key, sees = (fold(project) if project else None), None
-        paged = self._paged.answer(key, lambda: self._paged_jobs(project, sees))
-        if not isinstance(paged, defer.Deferred):
-            return paged.page(asked, node_name())
-        return paged.addCallback(lambda paged: paged.page(asked, node_name())).addErrback(
-            refused)
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            kept = KeptPages(self.api, project, sees,
+                             built=lambda: self.api.listing_builds.count("listjobs.json paged"))
+            if len(self._kept) >= MAX_ANSWERS:
+                # A project is any name: keep the most recently asked.
+                del self._kept[next(iter(self._kept))]
+        self._kept[key] = kept
+        return kept.paged().addCallback(self._answer_page, asked).addErrback(refused)
 
-    def _paged_jobs(self, project, sees):
-        jobs = self.api.store.jobs(project)
-        if sees is not None:
-            jobs.addCallback(lambda lists: tuple(
-                [r for r in records if sees(r.project)] for records in lists))
-        return jobs.addCallback(
-            lambda jobs: self.api.reasons(jobs[1]).addCallback(
-                lambda waits_for: self.api.build_aside(PagedJobs, jobs, waits_for)))
+    def _answer_page(self, paged, asked):
+        answer = paged.page(asked, node_name())
+        if not answer[FINISHED]:
+            return answer
+        # The finished jobs shown: their records, read for this page alone
+        # (the listing keeps a row of each, not its record).
+        return self.api.store.listed_jobs([row.id for row in answer[FINISHED]]).addCallback(
+            lambda records: with_entries(answer, records))
 
     def _build(self, project, sees=None):
         # Kept per version of the table: a node registering or declared
@@ -442,7 +449,9 @@ def endpoints(api):
         b"listjobs.json": ListJobs(api),
         b"whoami.json": WhoAmI(api),
         b"jobstats.json": JobStats(api),
+        b"job.json": JobDetail(api),
         b"runs.json": Runs(api),
+        b"listnodes.json": ListNodes(api),
         b"status.json": Status(api),
         b"audit.json": AuditList(api),
         b"delproject.json": DelProject(api),

@@ -26,9 +26,13 @@ client who forgets ``limit`` is not handed every job as if filtered.
 import base64
 import binascii
 import json
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from ..names import fold
+from ..store.job_table import FINISHED_ROW
 from ..store.records import FINISHED, PENDING, RUNNING, STATES
 from .params import ApiError
 from .views import job_entry
@@ -37,6 +41,9 @@ from .views import job_entry
 MAX_LIMIT = 1000
 
 RANKS = {PENDING: 0, RUNNING: 1, FINISHED: 2}
+
+# Where the project stands in a finished row (store.finished_rows).
+FINISHED_PROJECT = FINISHED_ROW.index("project")
 
 # Each filter: the parameter, and the record's value it is compared with
 # (case-folded both sides, as names are elsewhere).
@@ -141,34 +148,123 @@ def _states(values):
     return states or set(STATES)
 
 
-class PagedJobs:
-    """One version of the job table, in paged order: the three lists and
-    their sort keys, made once and searched by every page asked of it."""
+class FinishedRow:
+    """What a listing kept in memory holds of one finished job: what it is
+    sorted and filtered by, a tenth of its record (whose entry is read when
+    a page shows it). Read as a record is, by sort_key and FILTERS."""
 
-    def __init__(self, jobs, waits_for):
-        pending, running, finished = jobs
+    __slots__ = ("end_time", "seq", "id", "project", "spider", "outcome", "reason", "health",
+                 "node", "schedule")
+    state = FINISHED
+
+    def __init__(self, row, same):
+        # ``same`` interns the repeated strings (a project, spider, outcome
+        # or reason is one object however many jobs share it).
+        (self.end_time, self.seq, self.id, project, spider, outcome, reason, health, node,
+         schedule) = row
+        self.project, self.spider, self.outcome = same(project), same(spider), same(outcome)
+        self.reason, self.health = same(reason), same(health)
+        self.node, self.schedule = same(node), same(schedule)
+
+
+def _interner():
+    kept = {}
+
+    def same(value):
+        return value if value is None else kept.setdefault(value, value)
+
+    return same
+
+
+def _id_key(jobid):
+    """A job id folded, as the table's key; the id itself (not a copy) when
+    folding changes nothing, as for most ids: 100,000 of them are 8 MB."""
+    key = fold(jobid)
+    return jobid if key == jobid else key
+
+
+def _finished_key(row):
+    return (2, -(row.end_time or 0.0), -row.seq)
+
+
+class PagedJobs:
+    """One version of the job table, in paged order: the unfinished jobs'
+    records, and a FinishedRow of each finished job, newest first; made
+    once and searched by every page asked of it.
+
+    The finished list, the long one, is then kept up to date in place
+    (``catch_up``): a job that ended is put in its place, one pruned taken
+    out; the unfinished lists, a few jobs, are replaced whole.
+
+    ``unfinished`` is (pending, running) records, ``finished`` FinishedRows
+    made with ``same`` (or tuples of job_table.FINISHED_ROW's columns, when
+    ``same`` is not given), in any order."""
+
+    def __init__(self, unfinished, finished, waits_for, same=None):
         self.waits_for = waits_for
         self.sections = {}
-        for state, records in ((PENDING, pending), (RUNNING, running),
-                               (FINISHED, reversed(finished))):
+        if same is None:
+            same = _interner()
+            finished = [FinishedRow(row, same) for row in finished]
+        self._same = same
+        self._set_unfinished(*unfinished)
+        rows = sorted(finished, key=_finished_key)
+        self._rows = rows
+        # Each finished job's row, by folded id: how a job that ended
+        # again or was pruned is found in the list.
+        self._by_id = {_id_key(row.id): row for row in rows}
+
+    def _set_unfinished(self, pending, running):
+        for state, records in ((PENDING, pending), (RUNNING, running)):
             ordered = sorted(records, key=sort_key)
             self.sections[state] = (ordered, [sort_key(r) for r in ordered])
 
+    def finished(self):
+        """The finished rows, newest first."""
+        return self._rows
+
+    def catch_up(self, unfinished, finished, gone, waits_for):
+        """Brings the lists to a later version: ``unfinished`` (pending,
+        running) read whole, ``finished`` the rows of the jobs that ended
+        since, ``gone`` the ids of the jobs ended or pruned since (among
+        them those of ``finished``: a job that ended is taken out, then put
+        back where it now stands)."""
+        self._set_unfinished(*unfinished)
+        self.waits_for = waits_for
+        rows = self._rows
+        for jobid in gone:
+            row = self._by_id.pop(fold(jobid), None)
+            if row is not None:
+                index = bisect_left(rows, _finished_key(row), key=_finished_key)
+                if index < len(rows) and rows[index] is row:
+                    del rows[index]
+        for row in finished:
+            row = FinishedRow(row, self._same)
+            rows.insert(bisect_left(rows, _finished_key(row), key=_finished_key), row)
+            self._by_id[_id_key(row.id)] = row
+
     def page(self, request, node):
-        """The answer to ``request`` (a PageRequest), a dict."""
+        """The answer to ``request`` (a PageRequest), a dict whose
+        ``finished`` holds FinishedRows still (``entries`` makes them
+        entries, with their records)."""
         answer = {"node_name": node, "status": "ok",
                   PENDING: [], RUNNING: [], FINISHED: [], "next_before": None}
         shown, last = 0, None
         for state in STATES:
             if state not in request.states:
                 continue
-            records, keys = self.sections[state]
             start = 0
-            if request.before is not None:
-                if request.before[0] > RANKS[state]:
-                    continue
-                if request.before[0] == RANKS[state]:
+            if state == FINISHED:
+                records, key = self._rows, _finished_key
+                if request.before is not None and request.before[0] == RANKS[state]:
+                    start = bisect_right(records, request.before, key=key)
+            else:
+                records, keys = self.sections[state]
+                key = sort_key
+                if request.before is not None and request.before[0] == RANKS[state]:
                     start = bisect_right(keys, request.before)
+            if request.before is not None and request.before[0] > RANKS[state]:
+                continue
             for index in range(start, len(records)):
                 record = records[index]
                 if not request.matches(record):
@@ -177,16 +273,136 @@ class PagedJobs:
                     # One more matches: there is a next page.
                     answer["next_before"] = encode_cursor(last)
                     return answer
-                answer[state].append(self._entry(record))
-                shown, last = shown + 1, keys[index]
+                answer[state].append(record if state == FINISHED else self._entry(record))
+                shown, last = shown + 1, key(record)
         return answer
 
     def _entry(self, record):
         waits_for = self.waits_for(record) if record.state == PENDING else None
-        entry = job_entry(record, waits_for)
-        if record.state == FINISHED:
-            # The counts its health was judged by (health.counts), kept in
-            # the row: a page of finished jobs shows them without a
-            # jobstats.json per job. Null for a run that wrote no stats.
-            entry.update(items=record.items, pages=record.pages, errors=record.errors)
-        return entry
+        return paged_entry(record, waits_for)
+
+
+def paged_entry(record, waits_for=None):
+    """A job's entry on a page: listjobs.json's, with its times as epoch
+    seconds (``at``) and, for a finished job, the counts its health was
+    judged by (health.counts), kept in its row: a page of finished jobs
+    shows them without a jobstats.json per job. Null for a run that wrote
+    no stats."""
+    entry = job_entry(record, waits_for, times=True)
+    if record.state == FINISHED:
+        entry.update(items=record.items, pages=record.pages, errors=record.errors)
+    return entry
+
+
+def with_entries(answer, records):
+    """``answer`` (PagedJobs.page's) with its finished rows made entries of
+    ``records`` (their jobs' records, in any order); a job pruned since the
+    page was chosen is left out."""
+    by_id = {fold(record.id): record for record in records}
+    answer[FINISHED] = [paged_entry(by_id[fold(row.id)]) for row in answer[FINISHED]
+                        if fold(row.id) in by_id]
+    return answer
+
+
+class KeptPages:
+    """The PagedJobs of one listing (a project, every project, the projects
+    an identity sees), kept in memory from one version of the table to the
+    next: caught up with what the store's journal says changed (the jobs
+    that ended or were pruned, and the few unfinished ones read again),
+    read again whole only when the journal cannot say (store/journal.py).
+
+    ``api`` gives the store, the reasons a pending job waits, and
+    ``build_aside`` (where sorting a whole table is done: not the reactor's
+    thread). ``built()`` counts whole reads, ``caught_up()`` the others."""
+
+    def __init__(self, api, project, sees, built=None):
+        self.api = api
+        self.project = project
+        self.sees = sees
+        self._built = built or (lambda: None)
+        self._paged = None
+        self._version = None
+        # The catching up under way, which requests arriving meanwhile wait
+        # for rather than each start one.
+        self._catching_up = None
+        self.whole_reads = 0
+        self.caught_up = 0
+
+    def paged(self):
+        """A Deferred PagedJobs as of the store's version now (or later)."""
+        store = self.api.store
+        if self._paged is not None and self._version == store.version:
+            return defer.succeed(self._paged)
+        answered = defer.Deferred()
+        if self._catching_up is not None:
+            self._catching_up.append(answered)
+            return answered
+        waiting = self._catching_up = [answered]
+        self._catch_up(store.version).addBoth(self._settle, waiting)
+        return answered
+
+    def _settle(self, outcome, waiting):
+        if self._catching_up is waiting:
+            self._catching_up = None
+        for answered in waiting:
+            if isinstance(outcome, Failure):
+                answered.errback(outcome)
+            else:
+                answered.callback(outcome)
+        return None
+
+    def _catch_up(self, version):
+        store = self.api.store
+        journal = getattr(store, "journal", None)
+        ids = None
+        if self._paged is not None and journal is not None:
+            ids = journal.finished_since(self._version, version)
+        same = None
+        if ids is None:
+            self.whole_reads += 1
+            self._built()
+            # Each row made a FinishedRow as it is read (on the store's
+            # thread), so the rows are never all in memory at once.
+            same = _interner()
+            reads = [store.unfinished_jobs(self.project),
+                     store.finished_rows(self.project, make=lambda row: FinishedRow(row, same))]
+        else:
+            self.caught_up += 1
+            reads = [store.unfinished_jobs(self.project),
+                     store.finished_rows(self.project, ids) if ids else defer.succeed([])]
+
+        def made(results):
+            (pending, running), finished = results
+            pending, running = self._seen(pending), self._seen(running)
+            if self.sees is not None:
+                finished = [row for row in finished if self.sees(
+                    row.project if same is not None else row[FINISHED_PROJECT])]
+            return self.api.reasons(running).addCallback(
+                lambda waits_for: self._apply((pending, running), finished, ids, waits_for,
+                                              same))
+
+        return defer.gatherResults(reads, consumeErrors=True).addErrback(
+            _first_error).addCallback(made).addCallback(self._keep, version)
+
+    def _apply(self, unfinished, finished, ids, waits_for, same):
+        if ids is None:
+            # Sorting a whole table: off the reactor's thread.
+            return self.api.build_aside(PagedJobs, unfinished, finished, waits_for, same)
+        self._paged.catch_up(unfinished, finished, ids, waits_for)
+        return self._paged
+
+    def _seen(self, records):
+        if self.sees is None:
+            return records
+        return [r for r in records if self.sees(r.project)]
+
+    def _keep(self, paged, version):
+        # The version read is the one asked at, or later: a write delivered
+        # meanwhile is caught up with at the next request.
+        self._paged, self._version = paged, version
+        return paged
+
+
+def _first_error(failure):
+    # gatherResults wraps the first failure: hand on the error itself.
+    return failure.value.subFailure if failure.check(defer.FirstError) else failure
