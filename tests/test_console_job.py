@@ -371,7 +371,7 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         page = self.open(self.url_of(daemon) + "/")
         page.wait_for_selector("#jobs-console table tbody tr", timeout=15000)
         began, clicks = time.monotonic(), 0
-        page.get_by_role("button", name="Failed", exact=True).click()
+        page.get_by_role("link", name="Failed", exact=True).click()   # the jobs page's quick filter
         clicks += 1
         link = page.locator(f'#jobs-console a[href="/job/shop/{failed}"]')
         link.click()

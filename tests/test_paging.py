@@ -139,6 +139,22 @@ class PagingTests(unittest.TestCase):
             self.assertEqual(raised.exception.code, 400, params)
             self.assertIn(named, raised.exception.message, params)
 
+    def test_a_finished_jobs_counts_are_on_its_page(self):
+        self.successResultOf(self.store.add(record("counted")))
+        self.successResultOf(self.store.claim_next("n1", ["shop"], self.now))
+        self.successResultOf(self.store.mark_finished(
+            "counted", "finished", self.now + 5, exit_status=0,
+            stats={"items": 7, "fetched": 3, "failed": 1, "callback_errors": 1}))
+        self.finish("no-stats")
+        [counted, no_stats] = self.ask(limit="10")["finished"]
+        self.assertEqual((counted["items"], counted["pages"], counted["errors"]), (7, 3, 2))
+        self.assertEqual((no_stats["items"], no_stats["pages"], no_stats["errors"]),
+                         (None, None, None))
+        # Not in scrapyd's answer, which stays as it was.
+        answer = self.listjobs.answer(Params([]), None)
+        body = answer if isinstance(answer, bytes) else self.successResultOf(answer)
+        self.assertNotIn("items", json.loads(body)["finished"][0])
+
     def test_without_limit_the_answer_is_scrapyds(self):
         self.finish("j0")
         answer = self.listjobs.answer(Params([]), None)

@@ -23,7 +23,15 @@ def dump_pairs(pairs):
     return json.dumps(pairs)
 
 
+# Most jobs have no settings, arguments, locks or health reasons: their
+# columns hold "[]", read without the JSON parser (a listing of 10,000
+# jobs reads 40,000 of them; json.loads was a third of its time).
+EMPTY = "[]"
+
+
 def load_pairs(text):
+    if text == EMPTY:
+        return ()
     return tuple(tuple(pair) for pair in json.loads(text))
 
 
@@ -32,7 +40,7 @@ def dump_list(values):
 
 
 def load_list(text):
-    return tuple(json.loads(text)) if text else ()
+    return tuple(json.loads(text)) if text and text != EMPTY else ()
 
 
 def load_array(values):

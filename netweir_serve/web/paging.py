@@ -4,7 +4,9 @@ Without ``limit`` listjobs.json answers as scrapyd's does, every job in
 three lists. With it, the answer is a window over the same three lists
 laid end to end (pending in queue order, running by start, finished
 newest first), at most ``limit`` jobs, each in the list of its state, and
-``next_before``: the cursor of the next page, null after the last.
+``next_before``: the cursor of the next page, null after the last. A
+finished job's entry there has its ``items``, ``pages`` and ``errors``
+too (the counts kept in its row), so that a page needs no request per job.
 
 A cursor names the place of the last job shown by its sort key (its state,
 the time that orders its list, its row's ``seq``), never by its position,
@@ -281,7 +283,19 @@ class PagedJobs:
 
     def _entry(self, record):
         waits_for = self.waits_for(record) if record.state == PENDING else None
-        return job_entry(record, waits_for, times=True)
+        return paged_entry(record, waits_for)
+
+
+def paged_entry(record, waits_for=None):
+    """A job's entry on a page: listjobs.json's, with its times as epoch
+    seconds (``at``) and, for a finished job, the counts its health was
+    judged by (health.counts), kept in its row: a page of finished jobs
+    shows them without a jobstats.json per job. Null for a run that wrote
+    no stats."""
+    entry = job_entry(record, waits_for, times=True)
+    if record.state == FINISHED:
+        entry.update(items=record.items, pages=record.pages, errors=record.errors)
+    return entry
 
 
 def with_entries(answer, records):
@@ -289,7 +303,7 @@ def with_entries(answer, records):
     ``records`` (their jobs' records, in any order); a job pruned since the
     page was chosen is left out."""
     by_id = {fold(record.id): record for record in records}
-    answer[FINISHED] = [job_entry(by_id[fold(row.id)], times=True) for row in answer[FINISHED]
+    answer[FINISHED] = [paged_entry(by_id[fold(row.id)]) for row in answer[FINISHED]
                         if fold(row.id) in by_id]
     return answer
 
