@@ -52,6 +52,9 @@ class ListNodesAnswerTests(unittest.TestCase):
         answer = self.answer(Identity.of("viewer1", "viewer", ["shop"]))
         self.assertEqual([(n["name"], n["projects"], n["running"]) for n in answer["nodes"]],
                          [("alpha", ["shop"], 1), ("beta", [], 0)])
+        # Free slots count every project's running jobs: beside its own
+        # running, a viewer would tell the others' jobs starting and ending.
+        self.assertEqual([n["slots_free"] for n in answer["nodes"]], [None, None])
 
 
 class ListNodesTests(CrawlTestCase):
@@ -70,7 +73,7 @@ class ListNodesTests(CrawlTestCase):
             "this": True}])
         daemon.auth = ("viewer1", viewer)
         [node] = daemon.get("listnodes.json")[1]["nodes"]
-        self.assertEqual(node["projects"], ["shop"])
+        self.assertEqual((node["projects"], node["slots_free"]), (["shop"], None))
         # A write is refused there as anywhere: the endpoint takes GET alone.
         self.assertEqual(daemon.post("listnodes.json")[0], 405)
 

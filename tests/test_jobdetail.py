@@ -105,3 +105,24 @@ class JobDetailTests(unittest.TestCase):
         with self.assertRaises(ApiError) as raised:
             self.endpoint.answer(Params([]), None)
         self.assertEqual(raised.exception.message, "missing parameter 'job'")
+
+
+class ChainIsolationTests(unittest.TestCase):
+    """A retry chain is its project's: once a first attempt is pruned,
+    another project may take its id, and its job is not shown as one of
+    this chain's attempts (a viewer of one project would see the other's)."""
+
+    def test_attempts_stay_in_the_jobs_project(self):
+        from twisted.internet.task import Clock
+        from netweir_serve.store.records import JobRecord
+        from netweir_serve.store.sqlite import SQLiteJobStore
+        from netweir_serve.web.jobdetail import attempts_of
+        store = SQLiteJobStore(":memory:", Clock())
+        self.addCleanup(store.close)
+        retry = JobRecord(id="foo.r1", project="shop", spider="books", spider_file="/p.py",
+                          attempt=2, retry_of="foo")
+        self.successResultOf(store.add(retry))
+        self.successResultOf(store.add(JobRecord(id="foo", project="news",
+                                                 spider="private", spider_file="/x.py")))
+        found = self.successResultOf(attempts_of(store, retry))
+        self.assertEqual([one.id for one in found], ["foo.r1"])

@@ -23,7 +23,7 @@ attempts. The answer is the job's listjobs.json entry plus:
 from twisted.internet import defer
 
 from ..access.roles import identity_of
-from ..names import retry_id
+from ..names import retry_id, fold
 from ..reliability.policy import MAX_RETRIES
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -96,7 +96,18 @@ def attempts_of(store, record):
                for one in ids]
 
     def chain(found):
-        return sorted((one for one in found if one is not None), key=lambda one: one.attempt)
+        # Ids are unique only while a job is kept: once its first attempt
+        # is pruned, another project may take the id. Only this job's
+        # project's, and retries of this first attempt, are its chain.
+        return sorted((one for one in found if one is not None and is_in_chain(one)),
+                      key=lambda one: one.attempt)
+
+    def is_in_chain(one):
+        if fold(one.project) != fold(record.project):
+            return False
+        if one.id.lower() == first.lower():
+            return True
+        return one.retry_of is not None and one.retry_of.lower() == first.lower()
 
     return defer.gatherResults(lookups, consumeErrors=True).addCallback(chain).addErrback(
         _first_error)

@@ -55,7 +55,11 @@ class ListNodes(ApiEndpoint):
              "started": _seconds(node.get("started")),
              "age": _seconds(node.get("age")),
              "running": counts.get(node["name"], 0),
-             "slots_free": self.api.launcher.slots_free() if node["name"] == here else None,
+             # Free slots count every project's running jobs: from them
+             # and its own ``running``, a token of some projects would
+             # learn when the others' jobs start and end.
+             "slots_free": (self.api.launcher.slots_free()
+                            if node["name"] == here and identity.every_project else None),
              # The table keeps folded names: shown as this node serves them
              # where it does; a project the identity cannot see is left out.
              "projects": [served.get(project, project) for project in node["projects"]
