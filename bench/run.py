@@ -37,7 +37,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import deadlines, files, schedules, stall
+from . import deadlines, files, schedules, stall, warmstart
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -180,6 +180,8 @@ class Bench:
             self.part("stall", self.measure_stall)
         if self.wants("deadlines"):
             self.part("deadlines", self.measure_deadlines)
+        if self.wants("warm"):
+            self.part("warm start", lambda: warmstart.measure(self, MAX_JOBS))
         return self.results
 
     def part(self, name, step):
