@@ -140,6 +140,47 @@ class UnsafeStateTests(unittest.TestCase):
         self.assertIn("2 threads", thread)
 
 
+class StaleTests(unittest.TestCase):
+    def test_only_installation_folders_tell_that_something_was_installed(self):
+        # The working directory and an editable install's checkout change
+        # at every file written there (a test run's _trial_temp): taken for
+        # an installation, they restarted the warm process under a job.
+        folder = os.path.abspath(self.mktemp())
+        site = os.path.join(folder, "lib", "site-packages")
+        os.makedirs(site)
+        stamps = _zygote._path_stamps(["", folder, site])
+        self.assertEqual(list(stamps), [site])
+
+
+class EndingTheWarmProcessTests(unittest.TestCase):
+    def test_the_warm_process_is_killed_alone_never_with_its_group(self):
+        # A spare handed a job a moment ago is in the warm process's group
+        # until the job's parent makes its session: a group kill took the
+        # job with it (it ended "lost").
+        from twisted.internet.task import Clock
+        from netweir_serve.jobs.warm import starter as starter_module
+
+        killed = []
+        self.patch(starter_module.os, "killpg",
+                   lambda pid, sig: killed.append(("group", pid, sig)))
+        self.patch(starter_module.os, "kill", lambda pid, sig: killed.append(("alone", pid, sig)))
+        starter = starter_module.WarmStarter(Clock(), sys.executable, {}, "/nonexistent")
+
+        class Control:
+            sock = None
+
+            def close(self):
+                pass
+
+        class Zygote:
+            transport = type("Transport", (), {"pid": 4242})()
+            ended = type("Ended", (), {"called": False})()
+
+        starter._control, starter._zygote = Control(), Zygote()
+        starter._lost("its control socket closed")
+        self.assertEqual(killed, [("alone", 4242, signal.SIGKILL)])
+
+
 class ShadowedTests(unittest.TestCase):
     def folder(self, *names):
         folder = os.path.abspath(self.mktemp())

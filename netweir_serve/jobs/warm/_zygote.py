@@ -91,12 +91,17 @@ def _write_mark(address, mark):
 
 
 def _path_stamps(path):
-    """The modification times of the folders on ``path``: one changes when
-    a package is installed, upgraded or removed there."""
+    """The modification times of the installation folders on ``path``
+    (site-packages, dist-packages): one changes when a package is
+    installed, upgraded or removed there. Not the others': the working
+    directory, or an editable install's checkout, change at every file
+    written there."""
     stamps = {}
     for entry in path:
+        if os.path.basename(entry.rstrip(os.sep)) not in ("site-packages", "dist-packages"):
+            continue
         try:
-            stamps[entry] = os.stat(entry or ".").st_mtime_ns if entry else None
+            stamps[entry] = os.stat(entry).st_mtime_ns
         except OSError:
             stamps[entry] = None
     return stamps

@@ -164,6 +164,9 @@ class WarmStarter:
         self._jobs = {}
         self._starts = 0
         self._off = None
+        # The warm process said it leaves to be started again (something
+        # was installed): its end is no failure to report.
+        self._restarting = False
         self._stopping = False
         self.warm_started = 0
 
@@ -225,8 +228,11 @@ class WarmStarter:
         elif "unsafe" in message:
             why = message["unsafe"]
             if "site-packages changed" in why:
-                # Started again, with what is installed now, at the next job.
+                # Started again, with what is installed now, at the next
+                # job; not counted as an end that went wrong.
                 self.log.info("warm starts: {why}; the warm process starts again", why=why)
+                self._starts -= 1
+                self._restarting = True
             else:
                 self._turn_off(f"the warm process is not safe to fork: {why}")
 
@@ -270,12 +276,13 @@ class WarmStarter:
         for pid, process in list(self._jobs.items()):
             self._watch_orphan(pid, process)
         transport = self._zygote_transport()
-        if not self._stopping and self._off is None:
+        if not self._stopping and self._off is None and not self._restarting:
             self.log.warn("warm starts: the warm process ended ({why}); jobs start cold until"
                           " it is started again at the next job", why=why)
+        self._restarting = False
         if not self._stopping and transport is not None:
             # Whatever is left of it goes (a stuck one would never leave).
-            _kill_group(transport.pid)
+            _kill_alone(transport.pid)
 
     def _watch_orphan(self, pid, process):
         def ended():
@@ -357,18 +364,27 @@ class WarmStarter:
         """Lets the warm process and its spares go (jobs it started run on:
         stop the launcher first to wait for them). Fires once it has left."""
         self._stopping = True
-        zygote = self._zygote
+        zygote, ready = self._zygote, self._ready
         self._lost("the service is stopping")
         if zygote is None or zygote.ended.called:
             return defer.succeed(None)
         transport = zygote.transport
-        kill = self._reactor.callLater(STOP_GRACE_SECONDS, _kill_group, transport.pid)
+        # Not ready, it has started no job, and hears nothing while it
+        # imports netweir: it goes at once.
+        kill = self._reactor.callLater(STOP_GRACE_SECONDS if ready else 0, _kill_alone,
+                                       transport.pid)
         zygote.ended.addCallback(lambda _: kill.cancel() if kill.active() else None)
         return zygote.ended
 
 
-def _kill_group(pid):
+def _kill_alone(pid):
+    """SIGKILL for the warm process alone, never its process group: a
+    spare given a job a moment ago is still in it until the job's parent
+    makes its session, and must not go with it. Idle spares leave by
+    themselves once their sockets close."""
+    if pid is None:
+        return
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
