@@ -181,6 +181,30 @@ class EndingTheWarmProcessTests(unittest.TestCase):
         self.assertEqual(killed, [("alone", 4242, signal.SIGKILL)])
 
 
+class WhichStartTests(unittest.TestCase):
+    def test_a_job_with_a_memory_limit_starts_cold_and_one_with_cpu_warm(self):
+        # What a warm crawl shares with the warm process is charged to the
+        # service's control group, not the job's: its memory limit would
+        # hold more than it says. A cpu limit holds the same either way.
+        from types import SimpleNamespace
+        from twisted.internet.task import Clock
+        from netweir_serve.jobs.launcher import Launcher
+        from netweir_serve.reliability.policy import JobPolicy
+
+        reactor, starter = Clock(), object()
+        launcher = Launcher(reactor, None, None, None, "/nonexistent", 2, starter=starter)
+
+        def record(**policy):
+            return SimpleNamespace(policy=JobPolicy(**policy).to_json())
+
+        self.assertIs(launcher._spawner(record()), starter)
+        self.assertIs(launcher._spawner(record(cpu=1.0)), starter)
+        self.assertIs(launcher._spawner(record(memory=1 << 30)), reactor)
+        self.assertIs(launcher._spawner(record(memory=1 << 30, cpu=1.0)), reactor)
+        cold = Launcher(reactor, None, None, None, "/nonexistent", 2)
+        self.assertIs(cold._spawner(record()), reactor)
+
+
 class ShadowedTests(unittest.TestCase):
     def folder(self, *names):
         folder = os.path.abspath(self.mktemp())

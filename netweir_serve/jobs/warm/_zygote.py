@@ -153,10 +153,10 @@ def _send(sock, message, fds=()):
         sock.send(data)
 
 
-def _receive(sock):
+def _receive(sock, size=MAX_MESSAGE):
     """(message or None at end of stream, descriptors)."""
     data, ancillary, _flags, _address = sock.recvmsg(
-        MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize))
+        size, socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize))
     fds = array.array("i")
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -171,6 +171,7 @@ def _receive(sock):
 class _Zygote:
     def __init__(self, startup):
         self.startup = startup
+        self.pid = os.getpid()
         self.control = socket.socket(fileno=CONTROL_FD)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -186,21 +187,27 @@ class _Zygote:
         poll.register(self.control.fileno(), select.POLLIN)
         poll.register(self.wake_r, select.POLLIN)
         while True:
-            for fd, _events in poll.poll():
-                if fd == self.wake_r:
-                    os.read(self.wake_r, 4096)
-                    continue
-                message, fds = _receive(self.control)
-                for extra in fds:
-                    os.close(extra)
-                if message is None:
-                    # The service is gone: the jobs run on, reparented.
-                    os._exit(0)
-                if message.get("spare"):
-                    argv = self._fork_spare()
-                    if argv is not None:
-                        return argv
-            self._reap()
+            try:
+                for fd, _events in poll.poll():
+                    if fd == self.wake_r:
+                        os.read(self.wake_r, 4096)
+                        continue
+                    message, fds = _receive(self.control)
+                    for extra in fds:
+                        os.close(extra)
+                    if message is None:
+                        # The service is gone: the jobs run on, reparented.
+                        os._exit(0)
+                    if message.get("spare"):
+                        argv = self._fork_spare()
+                        if argv is not None:
+                            return argv
+                self._reap()
+            except (BrokenPipeError, ConnectionResetError):
+                if os.getpid() != self.pid:
+                    raise  # a spare's: its job's, not this loop's
+                # The service closed its end while this one spoke: gone.
+                os._exit(0)
 
     def _reap(self):
         while True:

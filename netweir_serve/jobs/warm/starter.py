@@ -49,6 +49,8 @@ _BOOTSTRAP = (
 # The warm process's own output (a traceback, should it die), in the
 # service's private run/ folder, replaced at each start.
 LOG_NAME = "warm-starts.log"
+# The biggest message the warm process sends (an end, a spare's pid).
+CONTROL_MESSAGE = 4096
 # Seconds stop() waits for the warm process to leave before killing it.
 STOP_GRACE_SECONDS = 2.0
 # A warm process that dies is started again at the next job, this many
@@ -75,7 +77,7 @@ class _Control:
     def doRead(self):
         while self.sock is not None:
             try:
-                message, fds = _zygote._receive(self.sock)
+                message, fds = _zygote._receive(self.sock, CONTROL_MESSAGE)
             except BlockingIOError:
                 return
             except (OSError, ValueError):
@@ -273,8 +275,10 @@ class WarmStarter:
         for _pid, sock in self._spares:
             sock.close()
         self._spares = []
-        for pid, process in list(self._jobs.items()):
-            self._watch_orphan(pid, process)
+        if not self._stopping:
+            # (Stopping, the launcher has seen them end or let them go.)
+            for pid, process in list(self._jobs.items()):
+                self._watch_orphan(pid, process)
         transport = self._zygote_transport()
         if not self._stopping and self._off is None and not self._restarting:
             self.log.warn("warm starts: the warm process ended ({why}); jobs start cold until"
@@ -332,12 +336,18 @@ class WarmStarter:
             return None
         fds, mapping = [], {}
         for child_fd, parent_fd in childFDs.items():
-            if not isinstance(parent_fd, int):
+            # The standard streams only: the spare closes every other.
+            if not isinstance(parent_fd, int) or child_fd not in (0, 1, 2):
                 return None
             if parent_fd not in fds:
                 fds.append(parent_fd)
             mapping[str(child_fd)] = fds.index(parent_fd)
-        data = json.dumps({"command": args, "env": dict(env), "cwd": path, "fds": mapping})
+        try:
+            data = json.dumps({"command": args, "env": dict(env), "cwd": path,
+                               "fds": mapping})
+        except (TypeError, ValueError):
+            # Bytes in the environment or the command: the reactor takes them.
+            return None
         if len(data) >= _zygote.MAX_MESSAGE or len(fds) > _zygote.MAX_FDS:
             return None
         return data.encode("utf-8"), fds
