@@ -193,6 +193,49 @@ class DeadlinesTest(BenchCase):
         self.assertTrue(any(note.startswith("deadlines: ") for note in bench.notes))
 
 
+class WaveTest(BenchCase):
+    """Issue 28's wave figures (bench/wave.py) at the smoke run's sizes, and
+    their rows."""
+
+    KEYS = ("health_none_p50", "health_all_p50", "health_none_p99", "health_all_p99",
+            "auth_basic", "auth_token_cached", "auth_token_first", "audit_off", "audit_on")
+
+    def test_every_figure_measured_and_tabled(self):
+        from bench import wave
+        bench = self.make_bench()
+        wave.measure(bench)
+        for key in self.KEYS:
+            value = bench.results[key][OURS]
+            self.assertTrue(value > 0 and math.isfinite(value), (key, value))
+        health, first, audit = (wave.SIZES["smoke"][i] for i in (0, 2, 3))
+        for kind in ("none", "all"):
+            self.assertEqual(len(bench.details["health_none_p50"][kind]["samples"]), health)
+        web = bench.details["auth_basic"]
+        self.assertEqual(len(web["token_first"]["samples"]), first)
+        # Every audited write left its row, and no unaudited one did.
+        self.assertEqual(web["audit_rows"], audit)
+        self.assertEqual(len(web["unaudited"]["samples"]), audit)
+        lines = [line for line in render(bench.results, labels(SMOKE)).splitlines()
+                 if line.startswith(("| health: ", "| auth: ", "| audit: "))]
+        self.assertEqual(len(lines), len(self.KEYS))
+        for line in lines:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            self.assertEqual(cells[1], "-")
+            self.assertRegex(cells[2], r"^[0-9,.]+ (us|ms)$")
+            self.assertRegex(cells[3], r"^-$" if cells[4] == "(baseline)" else r"^[0-9.]+x$")
+        self.assertEqual(sum(note.startswith("wave: ") for note in bench.notes), 2)
+
+    def test_the_policy_figure_gives_every_key(self):
+        """The policy row's jobs carry every policy key there is, the run
+        health checks (issue 25) with history=100 among them, at values a
+        trivial run passes."""
+        from netweir_serve.reliability.policy import HEALTH_KEYS, KEYS, JobPolicy
+        self.assertEqual(sorted(k[1:] for k in figures.EVERY_POLICY_KEY), sorted(KEYS))
+        policy = JobPolicy.parse(figures.EVERY_POLICY_KEY, prefix="_")
+        self.assertEqual(policy.history, 100)
+        self.assertTrue(all(getattr(policy, key) is not None for key in HEALTH_KEYS))
+
+
 class DocsTest(unittest.TestCase):
     def test_the_latest_table_in_the_docs_has_every_row(self):
         """docs/performance.md's latest table (the first table of its

@@ -34,6 +34,7 @@ from .records import FINISHED, NODE_LOST, PENDING, RUNNING, NodeNameTaken, Store
 from .columns import POSTGRES_KINDS, SCHEDULE_FIELDS, columns_of, dump_json
 from .job_table import LISTED_STATE, SELECT_ALL, SELECT_LISTED, JobColumns, JobTable, where_all
 from .notices import CHANGED, CHANNEL, NODE, STATS
+from .journal import ChangeJournal
 from .notices import PROGRESS
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
@@ -166,6 +167,15 @@ class _Tx:
         self.cursor.execute(sql, params)
         return self.cursor
 
+    def each(self, sql, params=None):
+        """The rows one at a time (a big read never all in memory at once)."""
+        cursor = self.execute(sql, params)
+        while True:
+            rows = cursor.fetchmany(1000)
+            if not rows:
+                return
+            yield from rows
+
     def one(self, sql, params=None):
         return self.execute(sql, params).fetchone()
 
@@ -210,6 +220,8 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         if _listening is None:
             _listening = self._start_listening(migrate=True)
         conn, self._version = _listening
+        # Which finished jobs each version changed (store/journal.py).
+        self.journal = ChangeJournal()
         self._pool = _Pool("psycopg", self._conninfo, cp_min=1, cp_max=pool_size,
                            cp_reconnect=True, cp_reactor=self._reactor)
         watcher_options = {} if reconnect_delays is None else {"delays": reconnect_delays}
@@ -286,7 +298,7 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         tx = _Tx(cursor)
         result = work(tx)
         if not tx.notices:
-            return result, None
+            return result, None, ()
         # The version moves on and every notice goes out in one statement,
         # at the end: the row lock on store_meta is held only until the
         # commit, and commits (so versions, and the notices' order) follow it.
@@ -297,17 +309,19 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
             rows = tx.all(
                 "SELECT version, pg_notify(%s, version::text || ' ' || tail)"
                 " FROM store_meta, unnest(%s::text[]) AS tail", (CHANNEL, tails))
-            return result, None
+            return result, None, ()
         rows = tx.all(
             "WITH bumped AS (UPDATE store_meta SET version = version + 1 RETURNING version)"
             " SELECT bumped.version, pg_notify(%s, bumped.version::text || ' ' || tail)"
             " FROM bumped, unnest(%s::text[]) AS tail", (CHANNEL, tails))
-        return result, rows[0][0]
+        return result, rows[0][0], tuple(tx.notices)
 
     def _made(self, done):
-        result, version = done
-        if version is not None and version > self._version:
-            self._version = version
+        result, version, notices = done
+        if version is not None:
+            self.journal.record(version, notices)
+            if version > self._version:
+                self._version = version
         return result
 
     def _failed(self, failure, what):
@@ -349,12 +363,19 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         if decoded is None:
             return
         origin, notice = decoded
+        if origin != self._origin and notice.kind not in PROGRESS:
+            # Another node's change (our own are recorded as made). The
+            # notices of one transaction are read in one doRead, with no
+            # request answered between them (postgres_listen).
+            self.journal.record(notice.version, [(notice.kind, notice.jobid, notice.node)])
         if notice.version > self._version:
             self._version = notice.version
         if origin != self._origin:
             self._announce(notice)
 
     def _listening_again(self, version):
+        # Notices up to ``version`` may have been missed while it was down.
+        self.journal.forget(version)
         if version > self._version:
             self._version = version
         self._announce(StoreNotice(CHANGED, self._version))
