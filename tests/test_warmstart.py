@@ -140,6 +140,27 @@ class UnsafeStateTests(unittest.TestCase):
         self.assertIn("2 threads", thread)
 
 
+class SwitchTests(unittest.TestCase):
+    def parse(self, environ):
+        from netweir_serve.options import ServeOptions
+        options = ServeOptions(environ)
+        options.parseOptions(["--dir", os.path.abspath(self.mktemp())])
+        return options.config()
+
+    def test_warm_unless_the_variable_says_0(self):
+        self.assertTrue(self.parse({}).warm_starts)
+        self.assertTrue(self.parse({"NETWEIR_SERVE_WARM_STARTS": "1"}).warm_starts)
+        self.assertFalse(self.parse({"NETWEIR_SERVE_WARM_STARTS": "0"}).warm_starts)
+        self.assertFalse(self.parse({"NETWEIR_SERVE_WARM_STARTS": "off"}).warm_starts)
+
+    def test_another_value_is_refused_naming_the_variable(self):
+        from twisted.python import usage
+        with self.assertRaises(usage.UsageError) as refused:
+            self.parse({"NETWEIR_SERVE_WARM_STARTS": "maybe"})
+        self.assertEqual(str(refused.exception),
+                         "NETWEIR_SERVE_WARM_STARTS must be 1 or 0, not 'maybe'")
+
+
 class StaleTests(unittest.TestCase):
     def test_only_installation_folders_tell_that_something_was_installed(self):
         # The working directory and an editable install's checkout change
