@@ -297,6 +297,7 @@ class Facts(netweir.Spider):
             "random": random.random(), "threads": threading.active_count(),
             "cgroup": open("/proc/self/cgroup").read(),
             "version": VERSION,
+            "shadowed": getattr(sys.modules.get("fnmatch"), "SHADOWED", False),
         }
         with open(self.out, "w") as f:
             json.dump(facts, f)
@@ -377,6 +378,24 @@ class WarmLikeColdTests(unittest.TestCase):
         self.assertEqual((cold_entry["outcome"], cold_entry["exit_status"]), ("finished", 0))
         self.assertEqual((warm_entry["outcome"], warm_entry["exit_status"]), ("finished", 0))
 
+    def test_a_job_that_must_start_cold_through_a_spare_is_a_cold_one(self):
+        # fnmatch.py in the project's folder, a working copy of the standard
+        # library's: the spare execs the cold command line in place. What
+        # the crawl sees is what a service without warm starts gives it.
+        with open(os.path.join(self.project, "fnmatch.py"), "w") as f:
+            f.write(SHADOW)
+        cold_daemon = self.daemon(warm=False)
+        cold, _ = self.facts(cold_daemon, jobid="same")
+        cold_daemon.stop()
+        warm_daemon = self.daemon(warm=True)
+        warm, entry = self.facts(warm_daemon, jobid="same2")
+        self.assertEqual((entry["outcome"], entry["exit_status"]), ("finished", 0))
+        self.assertEqual((cold["shadowed"], warm["shadowed"]), (True, True))
+        for key in ("signals", "mask", "sys_path", "rlimits", "umask", "fds", "cwd",
+                    "mp_dir", "cgroup"):
+            self.assertEqual(cold[key], warm[key], key)
+        self.assertTrue(warm["session_is_parents"])
+
     def test_exit_statuses_are_the_crawls_as_cold(self):
         daemon = self.daemon(warm=True)
         for status in (3, 0, 1):
@@ -445,6 +464,23 @@ class WarmLikeColdTests(unittest.TestCase):
             pass
         entry = daemon.wait_state(jobid, "finished")
         self.assertEqual((entry["outcome"], entry["exit_status"]), ("finished", 0))
+
+
+# A module of the standard library's name, in a project's folder, that
+# works as the standard library's does (it loads that one and takes its
+# names): a cold start imports it, as netweir imports fnmatch.
+SHADOW = '''
+import importlib.util
+import os
+import sysconfig
+
+_spec = importlib.util.spec_from_file_location(
+    "fnmatch", os.path.join(sysconfig.get_paths()["stdlib"], "fnmatch.py"))
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
+SHADOWED = True
+'''
 
 
 SLOW = '''

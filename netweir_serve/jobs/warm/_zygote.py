@@ -308,6 +308,14 @@ class _Spare:
         return None
 
     def _exec_cold(self, command, env):
+        # As the reactor spawns a process: what Python ignores (SIGPIPE,
+        # SIGXFSZ) is not left ignored for the program exec'd.
+        for signum in signal.valid_signals():
+            try:
+                if signal.getsignal(signum) == signal.SIG_IGN:
+                    signal.signal(signum, signal.SIG_DFL)
+            except (OSError, ValueError):
+                continue
         try:
             os.execve(command[0], command, env)
         except OSError as e:
