@@ -21,6 +21,9 @@ measured on three pairs of services and a set of nodes:
 - issue 28's wave: a job's end with every health check, token checks
   against basic auth, an audited write against one without (wave;
   bench/wave.py).
+- warm starts: idle schedule.json -> spider's code against the bare
+  netweir crawl start, and the overhead per job, on a pair of their own
+  beside netweir-serve with warm starts off (warm; bench/warmstart.py).
 
 Everything it started is stopped when it ends, however it ends.
 """
