@@ -22,9 +22,12 @@ Why that is safe (``tests.test_warmstart`` checks each):
   lock held by another thread, no descriptor, no stream and no random
   sequence with the process it came from. The warm process checks the
   first two again at every start and refuses to serve otherwise (the
-  service then starts jobs cold, saying so once). The atexit functions
-  the import registers are the standard library's own (logging's,
-  multiprocessing's), which a cold crawl registers too.
+  service then starts jobs cold, saying so once). What the import
+  registers to run at exit or after a fork is logging's and
+  multiprocessing's, and Netweir's native module's, which is written for
+  forks (``_forked`` forgets the parent's Rust threads in a child;
+  ``_wait_for_rust_threads`` waits at exit for this process's own): a
+  cold crawl imports the same modules, so registers the same.
 - What the import reads from its surroundings is the same as a cold
   start's: the environment is the job's, byte for byte, but for the run's
   mark (read by no module at import); a spare given another environment
