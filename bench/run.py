@@ -21,6 +21,8 @@ measured on three pairs of services and a set of nodes:
 - issue 28's wave: a job's end with every health check, token checks
   against basic auth, an audited write against one without (wave;
   bench/wave.py).
+- the console's first paint in Chromium with 10,000 finished jobs, beside
+  ScrapydWeb's jobs page on the same table (console; bench/console.py).
 - warm starts: idle schedule.json -> spider's code against the bare
   netweir crawl start, and the overhead per job, on a pair of their own
   beside netweir-serve with warm starts off (warm; bench/warmstart.py).
@@ -43,7 +45,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import deadlines, files, paged, schedules, stall, warmstart, wave
+from . import console, deadlines, files, paged, schedules, stall, warmstart, wave
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -190,6 +192,8 @@ class Bench:
             self.part("deadlines", self.measure_deadlines)
         if self.wants("wave"):
             self.part("wave", lambda: wave.measure(self))
+        if self.wants("console"):
+            self.part("console", self.measure_console)
         if self.wants("warm"):
             self.part("warm start", lambda: warmstart.measure(self, MAX_JOBS))
         return self.results
@@ -431,6 +435,19 @@ class Bench:
             f" at their timeout, {found['by_reason']['stalled']:,} stalled), at most"
             f" {found['timers']} timer of the watch at once; {found['cpu_us']:.0f} us of CPU"
             " per deadline, the stats rounds that fed the stall watch included.")
+
+    def measure_console(self):
+        """Ours alone, with ScrapydWeb in theirs' column (bench/console.py)."""
+        m = self.mode
+        try:
+            values, notes, detail = console.measure(self, m.console_jobs, m.console_loads,
+                                                    m.console_their_loads, m.console_install)
+        except console.Unavailable as e:
+            self.notes.append(f"console: not measured: {e}.")
+            return
+        for key, value in values.items():
+            self.put(key, value, detail=detail if key == "console_fcp" else None)
+        self.notes += notes
 
     def measure_listspiders(self, pair):
         for key, project in (("listspiders1_p50", "one"), ("listspiders10_p50", "ten"),

@@ -114,6 +114,7 @@ READS = (
     ("GET", "listschedules.json", {"project": "{P}"}),
     ("GET", "runs.json", {"project": "{P}", "spider": "echo"}),
     ("GET", "jobstats.json", {"job": "{J}"}),
+    ("GET", "job.json", {"job": "{J}"}),
     ("GET", "status.json", {"job": "{J}"}),
     ("GET", "status.json", {"job": "{J}", "project": "{P}"}),
     ("GET", "logs/{P}/echo/{J}.log", None),

@@ -42,6 +42,7 @@ ENDPOINT_RULES = {
     b"listpolicies.json": READ,
     b"listjobs.json": READ,
     b"jobstats.json": READ,
+    b"job.json": READ,              # one job, for its console page
     b"runs.json": READ,
     b"listnodes.json": READ,        # the nodes, each with the projects it sees
     b"status.json": READ,

@@ -247,6 +247,10 @@ class JobTable:
         """Keeps every other claim out until this one commits (the backend's)."""
         raise NotImplementedError
 
+    def _lock_prunes(self, tx):
+        """Keeps every other prune out until this one commits (the backend's)."""
+        raise NotImplementedError
+
     def _listed(self, tx, where, params):
         """(pending, running, finished): the rows (SELECT_LISTED) of the jobs
         the conditions ``where`` (a list, empty for all) choose, each list
@@ -424,6 +428,7 @@ class JobTable:
             return tx.one(f"SELECT COUNT(*) FROM jobs WHERE {pruned}", whose)[0]
 
         def forget(tx):
+            self._lock_prunes(tx)
             # Counted again in the write: another prune may have come first.
             finished = count(tx)
             if finished <= keep:
@@ -432,16 +437,22 @@ class JobTable:
             # (index jobs_finished_order), usually the first step, where the
             # newest ``keep`` counted from the other end would walk past
             # every job kept. Every job up to it in that order goes.
+            # A job with no end time (none is written so; an old or edited
+            # table) counts as the oldest, on both backends.
             cut = tx.one(
                 f"SELECT end_time, seq FROM jobs WHERE {pruned}"
-                " ORDER BY end_time, seq LIMIT 1 OFFSET %(past)s",
+                " ORDER BY end_time NULLS FIRST, seq LIMIT 1 OFFSET %(past)s",
                 {**whose, "past": finished - int(keep) - 1})
             if cut is None:
                 return []
-            old = [self._record(self._jobs.listed, row) for row in tx.all(
-                f"DELETE FROM jobs WHERE {pruned} AND end_time <= %(end)s"
-                " AND (end_time < %(end)s OR seq <= %(seq)s)"
-                f" RETURNING {SELECT_LISTED}", {**whose, "end": cut[0], "seq": cut[1]})]
+            # Each a range of the index (an OR of them would not be).
+            up_to = (["end_time IS NULL AND seq <= %(seq)s"] if cut[0] is None else
+                     ["end_time IS NULL",
+                      "end_time <= %(end)s AND (end_time < %(end)s OR seq <= %(seq)s)"])
+            old = [self._record(self._jobs.listed, row) for condition in up_to
+                   for row in tx.all(f"DELETE FROM jobs WHERE {pruned} AND {condition}"
+                                     f" RETURNING {SELECT_LISTED}",
+                                     {**whose, "end": cut[0], "seq": cut[1]})]
             # One notice per job forgotten, each naming it: a listing kept
             # in memory (store/journal.py) drops exactly those.
             for record in old:

@@ -43,10 +43,13 @@ class ChangeJournal:
         if version < self._oldest:
             del self._changes[version]  # from before what was missed
             return
-        if len(self._changes) > self._kept:
-            for old in sorted(self._changes)[: len(self._changes) - self._kept]:
-                del self._changes[old]
-            self._oldest = min(self._changes)
+        while len(self._changes) > self._kept:
+            # Versions are recorded about in order: the oldest goes, found
+            # without sorting them all at every write.
+            while self._oldest not in self._changes:
+                self._oldest += 1
+            del self._changes[self._oldest]
+            self._oldest += 1
 
     def forget(self, version):
         """Changes up to ``version`` may have been missed (the LISTEN

@@ -154,7 +154,9 @@ POSTGRES_MIGRATIONS = (
         *AUDIT_INDEXES,
         QUEUED_BY.replace("TEXT", "text"),
     )),
-    _as_sqlite(12, (FINISHED_ORDER,)),
+    # The prune takes a job with no end time as the oldest: first, as
+    # SQLite's index has it.
+    _as_sqlite(12, (FINISHED_ORDER.replace("end_time,", "end_time NULLS FIRST,"),)),
 )
 
 POSTGRES_LATEST = POSTGRES_MIGRATIONS[-1].version

@@ -381,6 +381,10 @@ class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         # the service runs is not seen until the next change or start).
         return self._version
 
+    def _lock_prunes(self, tx):
+        # Nothing to take: every write runs inside BEGIN IMMEDIATE.
+        pass
+
     def _lock_claims(self, tx):
         # Nothing to take: every write runs inside BEGIN IMMEDIATE, so
         # nobody else writes between a claim's reads and its update.

@@ -16,7 +16,8 @@ from .answer import encode, node_name, ok_body, write_error
 from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
-from .cache import MAX_ANSWERS, VersionCache
+from .cache import VersionCache
+from .jobdetail import JobDetail
 from .paging import KeptPages, PageRequest, PagedJobs, is_paged, with_entries
 from .refusals import refused
 from .nodes import ListNodes
@@ -30,6 +31,10 @@ SCHEDULE_PARAMETERS = ("project", "spider", "setting", "jobid", "priority", "_ve
 
 # jobstats.json's history parameter: any of these asks for the series.
 HISTORY_YES = ("1", "true", "yes")
+
+# Paged listings kept in memory at once (web/paging.KeptPages): every
+# project's, and a few single projects' or tokens' projects'.
+KEPT_LISTINGS = 8
 
 # scrapyd's cancel.json takes a signal name; these mean "stop now".
 KILL_SIGNALS = ("KILL", "SIGKILL", "9")
@@ -317,8 +322,9 @@ class ListJobs(ApiEndpoint):
         if kept is None:
             kept = KeptPages(self.api, project, sees,
                              built=lambda: self.api.listing_builds.count("listjobs.json paged"))
-            if len(self._kept) >= MAX_ANSWERS:
-                # A project is any name: keep the most recently asked.
+            if len(self._kept) >= KEPT_LISTINGS:
+                # Each may hold a row of every finished job (270 bytes
+                # each): a few, the most recently asked.
                 del self._kept[next(iter(self._kept))]
         self._kept[key] = kept
         return kept.paged().addCallback(self._answer_page, asked).addErrback(refused)
@@ -448,6 +454,7 @@ def endpoints(api):
         b"listjobs.json": ListJobs(api),
         b"whoami.json": WhoAmI(api),
         b"jobstats.json": JobStats(api),
+        b"job.json": JobDetail(api),
         b"runs.json": Runs(api),
         b"listnodes.json": ListNodes(api),
         b"status.json": Status(api),

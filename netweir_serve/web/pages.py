@@ -88,6 +88,7 @@ ENDPOINTS = (
     ("listjobs.json", "GET", "project (optional)", True),
     ("status.json", "GET", "job, project (optional)", False),
     ("jobstats.json", "GET", "job", False),
+    ("job.json", "GET", "job, project (optional)", False),
     ("runs.json", "GET", "project, spider, schedule (optional), limit (optional)", False),
     ("listversions.json", "GET", "project (always no versions)", False),
     ("schedule.json", "POST", "project, spider, setting, jobid, priority, spider arguments", False),

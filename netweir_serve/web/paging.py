@@ -38,6 +38,10 @@ from .views import job_entry
 # The most jobs one page may ask for, and the page when ``limit`` is empty.
 MAX_LIMIT = 1000
 
+# The most jobs ended or pruned since it that a kept listing catches up
+# with in place; past them it is read again whole, off the reactor.
+CATCH_UP_AT_MOST = 2000
+
 RANKS = {PENDING: 0, RUNNING: 1, FINISHED: 2}
 
 # Where the project stands in a finished row (store.finished_rows).
@@ -310,7 +314,8 @@ class KeptPages:
         self._version = None
         # The catching up under way, which requests arriving meanwhile wait
         # for rather than each start one.
-        self._catching_up = None
+        self._catching_up = None   # (version, the Deferreds waiting for it)
+        self._after = []           # asked at a later version meanwhile
         self.whole_reads = 0
         self.caught_up = 0
 
@@ -321,20 +326,35 @@ class KeptPages:
             return defer.succeed(self._paged)
         answered = defer.Deferred()
         if self._catching_up is not None:
-            self._catching_up.append(answered)
+            version, waiting = self._catching_up
+            if version == store.version:
+                waiting.append(answered)
+            else:
+                # Asked after a later change than the one being caught up
+                # with (a cancel.json answered, then a page asked): it gets
+                # a catch-up of its own, after that one.
+                self._after.append(answered)
             return answered
-        waiting = self._catching_up = [answered]
-        self._catch_up(store.version).addBoth(self._settle, waiting)
+        self._start(store.version, [answered])
         return answered
 
+    def _start(self, version, waiting):
+        self._catching_up = (version, waiting)
+        # maybeDeferred: a catch-up that raised at once would otherwise
+        # leave every later request waiting for it.
+        defer.maybeDeferred(self._catch_up, version).addBoth(self._settle, waiting)
+
     def _settle(self, outcome, waiting):
-        if self._catching_up is waiting:
+        if self._catching_up is not None and self._catching_up[1] is waiting:
             self._catching_up = None
         for answered in waiting:
             if isinstance(outcome, Failure):
                 answered.errback(outcome)
             else:
                 answered.callback(outcome)
+        if self._after and self._catching_up is None:
+            after, self._after = self._after, []
+            self._start(self.api.store.version, after)
         return None
 
     def _catch_up(self, version):
@@ -343,6 +363,11 @@ class KeptPages:
         ids = None
         if self._paged is not None and journal is not None:
             ids = journal.finished_since(self._version, version)
+            if ids is not None and len(ids) > CATCH_UP_AT_MOST:
+                # Each id moves a list of up to 100,000 rows on the
+                # reactor's thread: past a few thousand, a whole read
+                # (off it) costs less.
+                ids = None
         same = None
         if ids is None:
             self.whole_reads += 1
@@ -360,9 +385,8 @@ class KeptPages:
         def made(results):
             (pending, running), finished = results
             pending, running = self._seen(pending), self._seen(running)
-            if self.sees is not None:
-                finished = [row for row in finished if self.sees(
-                    row.project if same is not None else row[FINISHED_PROJECT])]
+            if self.sees is not None and same is None:
+                finished = [row for row in finished if self.sees(row[FINISHED_PROJECT])]
             return self.api.reasons(running).addCallback(
                 lambda waits_for: self._apply((pending, running), finished, ids, waits_for,
                                               same))
@@ -372,8 +396,9 @@ class KeptPages:
 
     def _apply(self, unfinished, finished, ids, waits_for, same):
         if ids is None:
-            # Sorting a whole table: off the reactor's thread.
-            return self.api.build_aside(PagedJobs, unfinished, finished, waits_for, same)
+            # Filtering and sorting a whole table: off the reactor's thread.
+            return self.api.build_aside(_whole, unfinished, finished, waits_for, same,
+                                        self.sees)
         self._paged.catch_up(unfinished, finished, ids, waits_for)
         return self._paged
 
@@ -387,6 +412,13 @@ class KeptPages:
         # meanwhile is caught up with at the next request.
         self._paged, self._version = paged, version
         return paged
+
+
+def _whole(unfinished, finished, waits_for, same, sees):
+    # Possibly on a thread (build_aside): reads only its arguments.
+    if sees is not None:
+        finished = [row for row in finished if sees(row.project)]
+    return PagedJobs(unfinished, finished, waits_for, same)
 
 
 def _first_error(failure):
