@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from . import cluster
 
 GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall", "reliability",
-          "deadlines", "paged", "wave", "console")
+          "deadlines", "paged", "wave", "console", "warm")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ measured on three pairs of services and a set of nodes:
   bench/wave.py).
 - the console's first paint in Chromium with 10,000 finished jobs, beside
   ScrapydWeb's jobs page on the same table (console; bench/console.py).
+- warm starts: idle schedule.json -> spider's code against the bare
+  netweir crawl start, and the overhead per job, on a pair of their own
+  beside netweir-serve with warm starts off (warm; bench/warmstart.py).
 
 Everything it started is stopped when it ends, however it ends.
 """
@@ -42,7 +45,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import console, deadlines, files, paged, schedules, stall, wave
+from . import console, deadlines, files, paged, schedules, stall, warmstart, wave
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -191,6 +194,8 @@ class Bench:
             self.part("wave", lambda: wave.measure(self))
         if self.wants("console"):
             self.part("console", self.measure_console)
+        if self.wants("warm"):
+            self.part("warm start", lambda: warmstart.measure(self, MAX_JOBS))
         return self.results
 
     def part(self, name, step):

@@ -173,6 +173,15 @@ FIGURES = (
            " ScrapydWeb's)", "ms", "< 300 ms", max_value=300),
     Figure("console_plain", "console: /jobs, scrapyd's plain page, until rows show (ours"
            " alone)", "ms", "-"),
+    # -- warm starts (bench/warmstart.py): a job's parent forked from a
+    # warm process, against the bare ``netweir crawl`` start measured
+    # beside it (issue 28: under 40 ms and half the bare start).
+    Figure("warm_direct", "warm start: bare `netweir crawl` -> spider's code (p50; no"
+           " service)", "ms", "(baseline)"),
+    Figure("warm_to_code", "warm start: idle schedule.json -> spider's code (p50)", "ms",
+           "< 40 ms, <= 0.5x bare", max_value=40, max_ratio=0.5, baseline="warm_direct"),
+    Figure("warm_overhead", "warm start: overhead per job, {jobs} trivial jobs, --max-jobs 2",
+           "ms", "< 10 ms", max_value=10),
 ) + _nodes()
 
 BY_KEY = {f.key: f for f in FIGURES}

@@ -44,6 +44,9 @@ NOTIFY_VARIABLE = "NETWEIR_SERVE_NOTIFY"
 # Seconds between a cancel and the kill: 30 unless this says otherwise. Not
 # an option, so the command line stays that of `netweir serve`; tests set it.
 GRACE_VARIABLE = "NETWEIR_SERVE_CANCEL_GRACE"
+# "0" starts every job's parent as a fresh interpreter (jobs/warm): for
+# comparison, and for a machine where forking the warm process misbehaves.
+WARM_STARTS_VARIABLE = "NETWEIR_SERVE_WARM_STARTS"
 
 EXPOSED_WARNING = (
     "listening on {bind} without a username and password (--insecure-no-auth):"
@@ -108,6 +111,8 @@ class ServeConfig:
     python: str = sys.executable
     # Seconds from a cancel to the kill of the job's whole process group.
     grace: float = 30.0
+    # Jobs' parents fork from a warm process that has imported netweir.
+    warm_starts: bool = True
     # Seconds between looks at a running job's stats file.
     stats_interval: float = 1.0
     # Seconds a project's spider files may take to load in a reader.
@@ -497,6 +502,10 @@ class ServeOptions(usage.Options):
             raise usage.UsageError(f"{LOG_LEVEL_VARIABLE} must be debug, info, warn, error"
                                    f" or critical, not {level!r}")
         self["grace"], self["log-level"] = grace, level
+        warm = self.environ.get(WARM_STARTS_VARIABLE, "1").strip().lower()
+        if warm not in ("0", "1", "no", "yes", "off", "on", "false", "true"):
+            raise usage.UsageError(f"{WARM_STARTS_VARIABLE} must be 1 or 0, not {warm!r}")
+        self["warm-starts"] = warm in ("1", "yes", "on", "true")
         self["notify-secret"] = self.environ.get(NOTIFY_SECRET_VARIABLE) or None
         self["notify"] += [parse_notify_url(url)
                            for url in self.environ.get(NOTIFY_VARIABLE, "").split()]
@@ -510,6 +519,7 @@ class ServeOptions(usage.Options):
         return ServeConfig(
             local_zone=local_zone_name(self.environ),
             grace=self["grace"],
+            warm_starts=self["warm-starts"],
             log_level=self["log-level"],
             projects=self["projects"],
             bind=self["bind"],

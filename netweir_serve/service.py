@@ -24,6 +24,7 @@ from .jobs.history import StatsHistory
 from .jobs.notify import Notifier
 from .jobs.process import job_environment
 from .jobs.submit import JobSubmitter
+from .jobs.warm.starter import WarmStarter
 from .listening import LOOPBACK, PUBLIC, ListenError, adopted_reach, open_endpoint
 from .options import exposed_refusal
 from .reliability.cgroups import JobGroups
@@ -136,6 +137,9 @@ class ServeService(service.Service):
         # jobs.deadlines.Deadlines, set by makeService: watches while
         # the service runs.
         self.deadlines = None
+        # jobs.warm.starter.WarmStarter, set by makeService: its warm
+        # process runs while the service does (None: every start cold).
+        self.starter = None
         # The time of day (clocks.py); makeService sets the one it gave the parts.
         self.wall = reactor
         # schedules.chains.Chains, set by makeService: makes the chains'
@@ -240,8 +244,11 @@ class ServeService(service.Service):
                  max_jobs=config.max_jobs)
         for warning in config.warnings([p.reach for p in self.listening]):
             log.warn("{warning}", warning=warning)
-        # Importing netweir in the warm reader now, not on the first request.
+        # Importing netweir in the warm reader now, not on the first request,
+        # and in the warm process jobs start from.
         self.reader.start()
+        if self.starter is not None:
+            self.starter.start()
         self.poller.start()
         try:
             yield self.timetable.start()
@@ -281,6 +288,10 @@ class ServeService(service.Service):
                 log.info("stopping: cancelling {n} running job(s) and waiting for them",
                          n=running)
             yield self.launcher.stop()
+        if self.starter is not None:
+            # After the launcher: the ends of the jobs it started come
+            # through it. Jobs handed over run on without it.
+            yield self.starter.stop()
         yield self.reader.stop()
         yield self.store.close()
         if self._handing_over:
@@ -372,13 +383,17 @@ def makeService(config, reactor, wall=None):
     # loads (they may read it as they load): the service's, without its
     # secrets (jobs.process.job_environment).
     job_env = job_environment(os.environ, secrets=config.secrets())
+    # Jobs' parents forked from a warm process (jobs/warm), two at once
+    # at most before the next spare is forked.
+    starter = (WarmStarter(reactor, config.python, job_env, config.directory,
+                           spares=min(2, config.max_jobs)) if config.warm_starts else None)
     core = build_job_core(store, reactor, config.projects, config.directory, config.max_jobs,
                           config.node, wall=wall, keep=config.keep,
                           keep_audit=config.keep_audit * DAY, python=config.python,
                           grace=config.grace, stats_interval=config.stats_interval,
                           poll_interval=config.poll_interval,
                           max_per_spider=config.max_jobs_per_spider, groups=groups,
-                          environ=job_env)
+                          environ=job_env, starter=starter)
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
                           env=job_env)
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
@@ -405,6 +420,7 @@ def makeService(config, reactor, wall=None):
                          reader, timetable, _listening(config, reactor, root, tokens))
     serve.wall = wall
     serve.deadlines = deadlines
+    serve.starter = starter
     serve.chains = Chains(store, timetable, reactor, serves)
     core.events.subscribe(lambda kind, record: serve.chains.ended(record),
                           kinds=(ENDED, RECORDED_LATE))

@@ -117,7 +117,7 @@ class Launcher:
     def __init__(self, reactor, store, events, projects, directory, max_jobs,
                  python=sys.executable, grace=30.0, stats_interval=1.0,
                  environ=None, signal_process=send_signal, watch_process=watch_exit,
-                 identify=_proctree.start_time, wall=None, groups=None):
+                 identify=_proctree.start_time, wall=None, groups=None, starter=None):
         self._reactor = reactor
         # The time of day for the ends it records (the reactor's clock,
         # monotonic, times the grace, the kill and the stats loop).
@@ -137,6 +137,9 @@ class Launcher:
         # The jobs' control groups (reliability/cgroups.JobGroups), for
         # their memory and cpu limits; None where none can be made.
         self._groups = groups
+        # What starts a job's parent (jobs/warm: forked from a warm
+        # process); None: the reactor, a fresh interpreter each time.
+        self._starter = starter
         self._running = {}
         # {job key: waiters} of jobs whose process ended and whose end is
         # being recorded: they keep their slot until it is (or failed to be).
@@ -354,7 +357,7 @@ class Launcher:
             opened.append(log_fd)
             null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             opened.append(null_fd)
-            process = self._reactor.spawnProcess(
+            process = self._spawner(record).spawnProcess(
                 CrawlProtocol(record.id, self._process_ended), command[0], command,
                 env=job_environment(self._environ, run_mark(self._directory, record)),
                 path=workdir,
@@ -363,6 +366,14 @@ class Launcher:
             for fd in opened:
                 os.close(fd)
         return process.pid
+
+    def _spawner(self, record):
+        """The starter for ``record``'s parent: a job with a memory limit
+        starts cold, as what it shares with a warm process is charged to
+        the service's control group, not its own (jobs/warm)."""
+        if self._starter is None or JobPolicy.from_json(record.policy).memory is not None:
+            return self._reactor
+        return self._starter
 
     def _fail_to_start(self, record, files, why):
         self.log.warn("job {jobid} could not start: {why}", jobid=record.id, why=why)
