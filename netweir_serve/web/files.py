@@ -73,7 +73,8 @@ def _Level(files, parts, segment, request):
             from .jobfile import JobFile
 
             stored = _on_disk(folder, text[: -len(suffix)] + files.suffixes[-1])
-            here = JobFile(os.path.join(folder, stored), files.content_type, files.root)
+            here = JobFile(os.path.join(folder, stored), files.content_type, files.root,
+                           parts + [stored])
             if files.owners is not None and not os.path.lexists(here.path):
                 return files.owners.file(request, parts[0], parts[1], text[: -len(suffix)],
                                          here)
