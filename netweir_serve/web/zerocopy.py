@@ -17,7 +17,8 @@ the socket and buffers what it is given until the socket takes it; the
 HTTP channel is registered with it as its streaming producer. The
 producer writes the answer's headers through the request (so they go into
 the transport's buffer, first), then takes the channel's place as the
-transport's producer, as a *pull* producer: a ``FileDescriptor`` calls a
+transport's producer, as a *pull* producer, and has the transport write
+its buffer at once rather than on the next turn: a ``FileDescriptor`` calls a
 pull producer's ``resumeProducing`` every time it has written its whole
 buffer out, so each call means the socket holds everything written before
 and ``sendfile`` may add to it. When the socket is full (``EAGAIN``), or a
@@ -127,6 +128,17 @@ class SendfileProducer:
             transport.registerProducer(self, False)
         finally:
             self._registering = False
+        if self.request is None:
+            return  # the connection was gone: registering stopped this
+        # Rather than wait a turn of the reactor for the socket to be
+        # writable, which it nearly always is (the request was just read),
+        # the transport is told it is (IWriteDescriptor.doWrite): it sends
+        # the headers, and, its buffer empty, asks this producer for the
+        # body in this same turn. If the socket takes not all of them, it
+        # waits for it as it would have. A failure it returns is what the
+        # reactor would have closed the connection for: so is it here.
+        if transport.doWrite():
+            transport.abortConnection()
 
     def resumeProducing(self):
         if self._registering or self.request is None:
