@@ -23,13 +23,16 @@ and connects again for each request otherwise (`netweir serve`: HTTP/1.0).
 
 import os
 import selectors
+import signal
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 
 from .figures import rounds
-from .services import cpu_seconds, rss_mb
+from .services import ROOT, _die_with_parent, _signal_group, cpu_seconds, rss_mb
 
 PER_SOURCE = 4
 PATH = "/items/one/trivial/big.jl"
@@ -64,6 +67,51 @@ def place(services, source):
     for service in services:
         os.makedirs(os.path.dirname(_served(service)), exist_ok=True)
         os.link(source, _served(service))
+
+
+class BareLoop:
+    """bench/bare.py in a process of its own, serving the file ``place``
+    links into ``directory``: measured beside the services, by the same
+    client, as the floor of the file figure."""
+
+    name = "bare loop"
+
+    def __init__(self, directory, python=sys.executable):
+        self.directory = directory
+        self.python = python
+        self.process = None
+        self.port = None
+
+    def start(self):
+        os.makedirs(self.directory, exist_ok=True)
+        self.process = subprocess.Popen(
+            [self.python, "-m", "bench.bare", _served(self)], cwd=ROOT,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            preexec_fn=_die_with_parent)
+        line = self.process.stdout.readline().decode()
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"the bare loop did not start: {line!r}")
+        self.port = int(line.split()[1])
+        return self
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def stop(self):
+        """Its standard input closed ends it; SIGKILL if it lingers."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(3)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.process.stdout.close()
 
 
 def unplace(services):
@@ -275,3 +323,50 @@ def big_figure(services, fetchers, size_mb, log=None):
                 f" (+{r['peak'] - r['before']:.1f}), after {r['after']:.1f}; {r['seconds']:.1f} s,"
                 f" {r['mb_per_s']:,.0f} MB/s, {r['ok']} whole, {r['errors']} errors")
     return found
+
+
+def main(argv=None):
+    """``python -m bench.files``: the rate figure alone, on netweir serve,
+    netweir-serve and the bare loop, with as many reps as asked (the
+    figure that ``python -m bench`` measures among all the others)."""
+    import argparse
+    import shutil
+    import tempfile
+
+    from .modes import FULL
+    from .run import Bench
+    from .services import log
+
+    parser = argparse.ArgumentParser(prog="python -m bench.files", description=main.__doc__)
+    parser.add_argument("--reps", type=int, default=FULL.reps)
+    parser.add_argument("--seconds", type=float, default=FULL.duration)
+    parser.add_argument("--connections", type=int, default=FULL.connections)
+    parser.add_argument("--size", type=int, default=FULL.file_mb, help="MB")
+    parser.add_argument("--without-theirs", action="store_true",
+                        help="leave netweir serve out (to compare builds of ours quickly)")
+    args = parser.parse_args(argv)
+    root = tempfile.mkdtemp(prefix="netweir-serve-bench-files-")
+    bench = Bench(FULL, root)
+    try:
+        bench.start_site()
+        pair = bench.start_pair("a")
+        if args.without_theirs:
+            pair[0].stop()
+            pair = pair[1:]
+        bare = bench.start_bare()
+        services = pair + [bare]
+        source = write_file(os.path.join(root, "job.jsonl"), args.size)
+        place(services, source)
+        found = rate_figure(services, args.connections, args.seconds, args.reps, FULL.warmup,
+                            log=log)
+        floor = found[bare.name]["cpu_ms"]
+        for name, r in found.items():
+            print(f"{name:14} {r['rps']:8,.0f} req/s  {r['cpu_ms']:.3f} ms CPU a request"
+                  f" ({r['cpu_ms'] / floor:.2f}x the bare loop's), errors {r['errors']}")
+    finally:
+        bench.stop_all()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

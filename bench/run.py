@@ -101,6 +101,7 @@ class Bench:
         self.services = []
         self.nodes = None
         self.projects = None
+        self.bare = None
 
     # -- processes ---------------------------------------------------------------
 
@@ -123,6 +124,14 @@ class Bench:
             pair.append(service)
         return pair
 
+    def start_bare(self):
+        """The bare epoll + sendfile loop (bench/bare.py), the job file
+        figure's floor; stopped with everything else."""
+        if self.bare is None:
+            self.bare = files.BareLoop(os.path.join(self.root, "bare"), self.python).start()
+            self.log(f"the bare loop answers on port {self.bare.port}, pid {self.bare.pid}")
+        return self.bare
+
     def stop_pair(self, pair):
         for service in pair:
             service.stop()
@@ -133,6 +142,8 @@ class Bench:
                 service.stop()
             except Exception as e:  # keep stopping the others
                 self.log(f"stopping {service.name}: {e}")
+        if self.bare is not None:
+            self.bare.stop()
         if self.nodes is not None:
             self.nodes.stop_all()
         if self.site is not None:
@@ -345,9 +356,18 @@ class Bench:
         files.place(pair, path)
         self.log(f"a {m.file_mb} MB job file, {m.connections} connections, {m.reps} x"
                  f" {m.duration:g} s")
-        found = files.rate_figure(pair, m.connections, m.duration, m.reps, m.warmup, self.log)
+        # The bare loop is measured in the same reps, in turn with the
+        # services, so that its floor is of the same moment of the machine.
+        bare = self.start_bare()
+        files.place([bare], path)
+        found = files.rate_figure(pair + [bare], m.connections, m.duration, m.reps, m.warmup,
+                                  self.log)
+        floor = found.pop(bare.name)
         self.put("file_rps", {n: r["rps"] for n, r in found.items()}, detail=found)
         self.put("file_cpu", {n: r["cpu_ms"] for n, r in found.items()})
+        self.put("file_bare_rps", {OURS: floor["rps"]}, detail=floor)
+        self.put("file_bare_cpu", {OURS: floor["cpu_ms"]})
+        files.unplace([bare])
         os.unlink(path)
         path = files.write_file(os.path.join(folder, "big.jsonl"), m.big_file_mb)
         files.place(pair, path)
@@ -357,6 +377,8 @@ class Bench:
                  extra={n: r["peak"] - r["before"] for n, r in big.items()}, detail=big)
         files.unplace(pair)
         os.unlink(path)
+        if floor["errors"]:
+            self.notes.append(f"files: {floor['errors']} failed fetch(es) on the bare loop.")
         for what, errors in (("job file", {n: r["errors"] for n, r in found.items()}),
                              ("big file", {n: r["errors"] for n, r in big.items()})):
             for name, count in errors.items():

@@ -150,6 +150,11 @@ class FilesAndSchedulesTest(BenchCase):
                              SMOKE.schedules)
             self.assertEqual(bench.details["bigfile_rss"][name]["ok"], SMOKE.fetchers)
             self.assertGreater(bench.results["file_rps"][name], 0)
+        # The bare loop's floor, measured in the same reps, in ours' column.
+        for key in ("file_bare_rps", "file_bare_cpu"):
+            self.assertEqual(list(bench.results[key]), [OURS])
+            self.assertGreater(bench.results[key][OURS], 0)
+        self.assertEqual(bench.details["file_bare_rps"]["errors"], 0)
         self.assertEqual(bench.notes, [])
 
     def test_due_time_of_a_schedule_job(self):

@@ -79,6 +79,9 @@ class LoginThrottle:
 
     def refused(self, address):
         """Whether ``address`` (counted as ``counted_as`` says) is refused now."""
+        if not self._refused:
+            # Nobody is: asked at every request, so spare it the parse.
+            return False
         address = counted_as(address)
         until = self._refused.get(address)
         if until is None:

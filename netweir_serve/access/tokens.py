@@ -129,15 +129,23 @@ class TokenBook:
         if notice.kind in (TOKEN, CHANGED):
             self._read_at = None
 
+    def fresh(self, read_for=READ_FOR):
+        """The tokens ``current`` would answer at once ({folded name:
+        TokenRecord}), or None when it would read them again first."""
+        if self._tokens is not None and self._read_at is not None \
+                and self._clock.seconds() - self._read_at < read_for:
+            return self._tokens
+        return None
+
     def current(self, read_for=READ_FOR):
         """A Deferred of {folded name: TokenRecord}, read again if the last
         read is ``read_for`` seconds old (or a notice said a token
         changed). A read that fails keeps the last tokens read (logged), or
         fails if none."""
+        tokens = self.fresh(read_for)
+        if tokens is not None:
+            return defer.succeed(tokens)
         now = self._clock.seconds()
-        if self._tokens is not None and self._read_at is not None \
-                and now - self._read_at < read_for:
-            return defer.succeed(self._tokens)
         d = defer.Deferred()
         self._waiting.append(d)
         if len(self._waiting) == 1:

@@ -123,6 +123,13 @@ def open_beneath(root, path):
     parts = relative.split(os.sep)
     if relative.startswith(os.pardir) or os.path.isabs(relative) or "" in parts:
         raise FileNotFoundError(path)
+    return open_below(root, parts)
+
+
+def open_below(root, parts):
+    """``open_beneath`` of the path ``parts`` (names: no separator, no
+    ``..``) below ``root``, for a caller that has the names already (a job
+    file's URL gives them) and need not work them out of a path."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -52,10 +52,20 @@ def _on_disk(folder, name):
     return next((entry for entry in entries if fold(entry) == wanted), name)
 
 
+def _spelled(root, parts):
+    """``parts`` (the project and spider folders, as asked) as they are
+    spelled below ``root``, folder by folder (``_on_disk``)."""
+    found = []
+    for name in parts:
+        found.append(_on_disk(os.path.join(root, *found), name))
+    return found
+
+
 def _Level(files, parts, segment, request):
-    """The resource for ``segment`` after the names in ``parts``."""
+    """The resource for ``segment`` after the names in ``parts`` (as asked:
+    how they are spelled on disk is looked up when a file or a listing
+    needs it)."""
     text = segment.decode("utf-8", "replace")
-    folder = os.path.join(files.root, *parts)
     if len(parts) < 2:
         if text == "" and files.lister is not None:
             return _Listing(files, parts)
@@ -64,7 +74,7 @@ def _Level(files, parts, segment, request):
         if not parts and not identity_of(request).sees(text):
             # A project its identity cannot see: as one that never wrote here.
             return _Absent(files, 1)
-        return _Folder(files, parts + [_on_disk(folder, text)])
+        return _Folder(files, parts + [text])
     for suffix in files.suffixes:
         if text.endswith(suffix) and is_name(text[: -len(suffix)]):
             # Imported at the first job file asked for, not at start: it
@@ -72,10 +82,18 @@ def _Level(files, parts, segment, request):
             # types as it is imported (0.5 MB an idle daemon does without).
             from .jobfile import JobFile
 
-            stored = _on_disk(folder, text[: -len(suffix)] + files.suffixes[-1])
-            here = JobFile(os.path.join(folder, stored), files.content_type, files.root)
+            name = text[: -len(suffix)] + files.suffixes[-1]
+            path = os.path.join(files.root, *parts, name)
+            if os.path.exists(path):
+                # Spelled as asked: one stat rather than one a folder.
+                stored = parts + [name]
+            else:
+                folders = _spelled(files.root, parts)
+                stored = folders + [_on_disk(os.path.join(files.root, *folders), name)]
+                path = os.path.join(files.root, *stored)
+            here = JobFile(path, files.content_type, files.root, stored)
             if files.owners is not None and not os.path.lexists(here.path):
-                return files.owners.file(request, parts[0], parts[1], text[: -len(suffix)],
+                return files.owners.file(request, stored[0], stored[1], text[: -len(suffix)],
                                          here)
             return here
     if text == "" and files.lister is not None:
@@ -95,7 +113,8 @@ class _Folder(Resource):
     def render(self, request):
         # /logs/P or /logs/P/S without its slash: the lister redirects it.
         if self.files.lister is not None:
-            return self.files.lister(request, self.files.root, self.parts)
+            return self.files.lister(request, self.files.root,
+                                     _spelled(self.files.root, self.parts))
         return write_error(request, 404, "no such path")
 
 
@@ -130,4 +149,4 @@ class _Listing(Resource):
         self.parts = parts
 
     def render(self, request):
-        return self.files.lister(request, self.files.root, self.parts)
+        return self.files.lister(request, self.files.root, _spelled(self.files.root, self.parts))

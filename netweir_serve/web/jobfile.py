@@ -12,7 +12,7 @@ import stat
 
 from twisted.web import static
 
-from ..jobs.files import open_beneath
+from ..jobs.files import open_below
 from .answer import NotFound
 from .zerocopy import file_producer
 
@@ -47,20 +47,28 @@ class JobFile(static.File):
     contentTypes = {}
     contentEncodings = {}
 
-    def __init__(self, path, content_type, root):
+    def __init__(self, path, content_type, root, parts):
+        """``path`` is ``parts`` (names) joined below ``root``."""
         super().__init__(path, defaultType=content_type)
+        # static.File would work the type out of the name at every
+        # request, to find it in the empty contentTypes.
+        self.type, self.encoding = content_type, None
         self.root = root
+        self.parts = parts
         self.opened = None
         self.size = None
+        self.status = None
 
     def render_GET(self, request):
         try:
             # Opened here, through no link: what is served is this file.
-            fd = open_beneath(self.root, self.path)
+            fd = open_below(self.root, self.parts)
         except OSError:
             return NotFound("no such file (the job has not written it yet,"
                             " or it was forgotten)").render(request)
-        self.opened = os.fdopen(fd, "rb")
+        # Unbuffered: the body goes by sendfile from the descriptor, and the
+        # reading producers (TLS, several ranges) read large blocks anyway.
+        self.opened = os.fdopen(fd, "rb", buffering=0)
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             self.opened.close()
@@ -68,8 +76,26 @@ class JobFile(static.File):
         # The size when asked, for every header and for the body: a file
         # being written is sent up to here, whatever it grows to meanwhile.
         self.size = status.st_size
+        self.status = status
         _whole_file_for_long_suffix(request, self.getFileSize())
         return super().render_GET(request)
+
+    # static.File stats the path again for exists(), isdir() and
+    # Last-Modified: the file opened has said all that already, and is what
+    # is served, whatever the path names by now.
+
+    def restat(self, reraise=True):
+        if self.status is None:
+            super().restat(reraise)
+
+    def exists(self):
+        return self.status is not None or super().exists()
+
+    def isdir(self):
+        return stat.S_ISDIR(self.status.st_mode) if self.status else super().isdir()
+
+    def getModificationTime(self):
+        return float(self.status.st_mtime) if self.status else super().getModificationTime()
 
     render_HEAD = render_GET
 
