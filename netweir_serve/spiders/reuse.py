@@ -30,6 +30,7 @@ a burst's firings mostly do.
 """
 
 import collections
+import hashlib
 import os
 import time
 
@@ -84,6 +85,16 @@ def files_state(folder, limit=MAX_FILES):
         if len(entries) > limit:
             return None
     return tuple(sorted(entries)), newest
+
+
+def _digest(state):
+    """``(digest, newest)`` of a files_state (or None): each check keeps a
+    16-byte digest of the entries rather than the entries themselves, a
+    thousand tuples for a big project, times the checks kept."""
+    if state is None:
+        return None
+    entries, newest = state
+    return hashlib.blake2b(repr(entries).encode(), digest_size=16).digest(), newest
 
 
 class _Check:
@@ -188,16 +199,16 @@ class CheckReuse:
         None when it may not be relied on (see the module)."""
         folder = project.workdir
         if folder not in self._states:
-            self._states[folder] = self._state_of(folder)
+            self._states[folder] = _digest(self._state_of(folder))
             if self._turn_ends is None:
                 self._turn_ends = self._clock.callLater(0, self._end_turn)
         state = self._states[folder]
         if state is None:
             return None
-        entries, newest = state
+        digest, newest = state
         if newest / 1e9 > self._now() - RACY_SECONDS:
             return None
-        return entries
+        return digest
 
     def _end_turn(self):
         self._turn_ends = None
