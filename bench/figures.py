@@ -318,11 +318,17 @@ def job_overhead(services, python, project_dir, jobs, chunk, parallel, scratch, 
     return interleaved(participants, jobs, chunk, log)
 
 
-# A policy of all eight keys that never fires on a trivial job: what each
-# costs a job that runs normally (its deadlines watched, its retry
-# decided at the end, its control group made, joined and removed).
+# A policy of every key (reliability.policy.KEYS) that never fires on a
+# trivial job: what each costs a job that runs normally (its deadlines
+# watched, its retry decided at the end, its control group made, joined
+# and removed, its health judged against its 100 last runs).
 EVERY_POLICY_KEY = {"_timeout": "1h", "_stall": "1h", "_expire": "1h", "_retries": "2",
-                    "_retry_on": "failed", "_backoff": "1m", "_memory": "1G", "_cpu": "1"}
+                    "_retry_on": "failed", "_backoff": "1m", "_memory": "1G", "_cpu": "1",
+                    # Run health's checks, at values a trivial run passes
+                    # (1 item, 1 page, no error, about the same runtime).
+                    "_min_items": "1", "_min_pages": "1", "_items_drop": "50",
+                    "_pages_drop": "50", "_max_errors": "10", "_slower": "10",
+                    "_history": "100"}
 
 
 def policy_cost(service, jobs, chunk, log=None):

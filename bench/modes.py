@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from . import cluster
 
 GROUPS = ("api", "watching", "memory", "files", "schedules", "nodes", "stall", "reliability",
-          "deadlines")
+          "deadlines", "paged", "wave", "console")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,14 @@ class Mode:
     stall_jobs: int = 10_000   # finished, and as many pending, of the stall figure
     stall_rounds: int = 50     # rounds of its burst, per client
     deadline_jobs: int = 1000  # running jobs of the deadline figure (on a Clock)
+    paged_jobs: int = 100_000  # finished jobs of the paged listing figures
+    # The console's first paint (bench/console.py): finished jobs, measured
+    # loads of each of our pages, of ScrapydWeb's (over a minute each at
+    # 10,000 on 2 CPUs), and whether its venv may be made (a minute).
+    console_jobs: int = 10_000
+    console_loads: int = 7
+    console_their_loads: int = 3
+    console_install: bool = True
 
 
 FULL = Mode("full", duration=3.0, warmup=0.5, reps=3, connections=64, samples=15,
@@ -47,14 +55,17 @@ FULL = Mode("full", duration=3.0, warmup=0.5, reps=3, connections=64, samples=15
 QUICK = Mode("quick", duration=1.0, warmup=0.2, reps=1, connections=64, samples=5,
              stamp_samples=5, jobs=20, chunk=10, small_table=100, big_table=250,
              huge_table=1000, schedules=200, idle_seconds=20, schedule_rounds=1,
-             file_mb=5, big_file_mb=500, fetchers=4, nodes=cluster.QUICK, stall_rounds=20)
+             file_mb=5, big_file_mb=500, fetchers=4, nodes=cluster.QUICK, stall_rounds=20,
+             paged_jobs=10_000,
+             console_jobs=1000, console_loads=3)
 # The tests': both services started, one tiny figure, both stopped (and the
 # sizes of the job file and schedule figures they measure on their own).
 SMOKE = Mode("smoke", duration=0.3, warmup=0.0, reps=1, connections=8, samples=0,
              stamp_samples=0, jobs=100, chunk=0, small_table=100, big_table=1000,
              huge_table=1000, schedules=5, idle_seconds=0.5, schedule_rounds=1,
              file_mb=1, big_file_mb=2, fetchers=2, nodes=cluster.QUICK, stall_jobs=200,
-             stall_rounds=3, deadline_jobs=100)
+             stall_rounds=3, deadline_jobs=100, paged_jobs=200, console_jobs=200,
+             console_loads=2, console_their_loads=1, console_install=False)
 
 MODES = {m.name: m for m in (FULL, QUICK, SMOKE)}
 
@@ -69,4 +80,6 @@ def labels(mode):
             "burst": f"{m.schedules:,}" + ("" if m.name == "full" else f" ({m.name})"),
             "file_mb": m.file_mb, "big_mb": m.big_file_mb,
             "fetchers": m.fetchers, "slots": cluster.SLOTS,
-            "stall_jobs": f"{m.stall_jobs:,}", "deadline_jobs": f"{m.deadline_jobs:,}"}
+            "stall_jobs": f"{m.stall_jobs:,}", "deadline_jobs": f"{m.deadline_jobs:,}",
+            "paged_jobs": f"{m.paged_jobs:,}",
+            "console_jobs": f"{m.console_jobs:,}"}

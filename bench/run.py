@@ -18,6 +18,11 @@ measured on three pairs of services and a set of nodes:
   (nodes; skipped, with a note, when no PostgreSQL server answers).
 - netweir-serve's deadline watch with 1,000 running jobs on a Clock, in
   this process (deadlines; bench/deadlines.py).
+- issue 28's wave: a job's end with every health check, token checks
+  against basic auth, an audited write against one without (wave;
+  bench/wave.py).
+- the console's first paint in Chromium with 10,000 finished jobs, beside
+  ScrapydWeb's jobs page on the same table (console; bench/console.py).
 
 Everything it started is stopped when it ends, however it ends.
 """
@@ -37,7 +42,7 @@ from dataclasses import asdict
 
 from . import cluster
 from . import figures as fig
-from . import deadlines, files, schedules, stall
+from . import console, deadlines, files, paged, schedules, stall, wave
 from .modes import GROUPS, MODES, labels
 from .projects import write_projects
 from .services import OURS, SLUGS, Service, Site, commands, kill_leftovers, log
@@ -178,8 +183,14 @@ class Bench:
             self.part("nodes", self.measure_nodes)
         if self.wants("stall"):
             self.part("stall", self.measure_stall)
+        if self.wants("paged"):
+            self.part("paged", self.measure_paged)
         if self.wants("deadlines"):
             self.part("deadlines", self.measure_deadlines)
+        if self.wants("wave"):
+            self.part("wave", lambda: wave.measure(self))
+        if self.wants("console"):
+            self.part("console", self.measure_console)
         return self.results
 
     def part(self, name, step):
@@ -390,6 +401,14 @@ class Bench:
         self.details["nodes"] = self.nodes.results
         self.notes += cluster.notes(self.nodes.results)
 
+    def measure_paged(self):
+        m = self.mode
+        self.log(f"paged listings: {m.paged_jobs:,} finished jobs")
+        values, notes, detail = paged.measure(self, m.paged_jobs, max(3, m.samples))
+        for key, found in values.items():
+            self.put(key, found, detail=detail if key == "paged_p50" else None)
+        self.notes += notes
+
     def measure_stall(self):
         m = self.mode
         self.log(f"the reactor's largest stall: {m.stall_jobs:,} finished + {m.stall_jobs:,}"
@@ -411,6 +430,19 @@ class Bench:
             f" at their timeout, {found['by_reason']['stalled']:,} stalled), at most"
             f" {found['timers']} timer of the watch at once; {found['cpu_us']:.0f} us of CPU"
             " per deadline, the stats rounds that fed the stall watch included.")
+
+    def measure_console(self):
+        """Ours alone, with ScrapydWeb in theirs' column (bench/console.py)."""
+        m = self.mode
+        try:
+            values, notes, detail = console.measure(self, m.console_jobs, m.console_loads,
+                                                    m.console_their_loads, m.console_install)
+        except console.Unavailable as e:
+            self.notes.append(f"console: not measured: {e}.")
+            return
+        for key, value in values.items():
+            self.put(key, value, detail=detail if key == "console_fcp" else None)
+        self.notes += notes
 
     def measure_listspiders(self, pair):
         for key, project in (("listspiders1_p50", "one"), ("listspiders10_p50", "ten"),
@@ -445,7 +477,7 @@ class Bench:
         self.put("policy_none", {OURS: per_job["none"]}, detail=totals)
         self.put("policy_all", {OURS: per_job["all"]})
         self.notes.append(f"reliability: {m.jobs} trivial jobs took {totals['none']:.1f} s"
-                          f" without a policy and {totals['all']:.1f} s with all eight keys"
+                          f" without a policy and {totals['all']:.1f} s with every key"
                           f" ({per_job['all'] - per_job['none']:+.1f} ms a job), in"
                           f" alternating chunks of {m.chunk or m.jobs}.")
         for kind, bad in totals["not_finished"].items():

@@ -511,7 +511,7 @@ def _resource_tree(config, reactor, store, core, reader, submitter, timetable, w
               listing_builds=watching.listing_builds, limits=groups.available(),
               build_aside=lambda f, *args: threads.deferToThreadPool(
                   reactor, reactor.getThreadPool(), f, *args), wall=wall,
-              audit=AuditLog(store, wall, reactor))
+              audit=AuditLog(store, wall, reactor), node=config.node)
     return Root(api, config.directory, pages=site_resources(api, watching),
                 listers=listers(config.projects),
                 log_files={b"stats.json": LogParserStats(store, core.launcher,

@@ -17,7 +17,7 @@ ANY = ELLIPSIS + "any"         # an elided value
 MASKED = {"node_name", "node", "pid", "start_time", "end_time", "time", "next_run",
           "starts_at", "last_run", "first_log_time", "first_log_timestamp", "latest_log_time",
           "latest_log_timestamp", "last_update_time", "last_update_timestamp", "runtime",
-          "stats", "history", "version",
+          "stats", "history", "version", "upcoming", "upcoming_starts",
           # A crawl's counts, where its pace sets them (/logs/stats.json).
           "pages", "items"}
 RANDOM_ID = re.compile(r"^[0-9a-f]{32}$")

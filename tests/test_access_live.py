@@ -114,6 +114,7 @@ READS = (
     ("GET", "listschedules.json", {"project": "{P}"}),
     ("GET", "runs.json", {"project": "{P}", "spider": "echo"}),
     ("GET", "jobstats.json", {"job": "{J}"}),
+    ("GET", "job.json", {"job": "{J}"}),
     ("GET", "status.json", {"job": "{J}"}),
     ("GET", "status.json", {"job": "{J}", "project": "{P}"}),
     ("GET", "logs/{P}/echo/{J}.log", None),
@@ -136,10 +137,11 @@ WRITES = (
 )
 # Requests about no project in particular, and what each needs.
 GLOBAL = (
-    ("GET", "", None), ("GET", "jobs", None), ("GET", "dashboard/dashboard.js", None),
+    ("GET", "", None), ("GET", "jobs", None), ("GET", "console/console.js", None),
     ("GET", "favicon.ico", None), ("GET", "daemonstatus.json", None),
     ("GET", "listprojects.json", None), ("GET", "listjobs.json", None),
-    ("GET", "listschedules.json", None), ("GET", "logs/", None), ("GET", "items/", None),
+    ("GET", "listschedules.json", None), ("GET", "listnodes.json", None),
+    ("GET", "logs/", None), ("GET", "items/", None),
     ("GET", "logs/stats.json", None), ("GET", "metrics", None),
     ("POST", "delproject.json", {"project": "shop"}),
     ("POST", "addversion.json", {"project": "shop"}),
@@ -293,6 +295,8 @@ class MatrixTests(unittest.TestCase):
             _, body = self.service.ask(who, "GET", "listschedules.json")
             self.assertEqual([s["name"] for s in json.loads(body)["schedules"]],
                              [f"{seen}-sched"])
+            _, body = self.service.ask(who, "GET", "listnodes.json")
+            self.assertEqual([n["projects"] for n in json.loads(body)["nodes"]], [[seen]])
 
     def test_the_event_stream_carries_only_the_projects_a_token_sees(self):
         connection = http.client.HTTPConnection("127.0.0.1", self.service.daemon.port,

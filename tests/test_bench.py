@@ -193,6 +193,112 @@ class DeadlinesTest(BenchCase):
         self.assertTrue(any(note.startswith("deadlines: ") for note in bench.notes))
 
 
+class WaveTest(BenchCase):
+    """Issue 28's wave figures (bench/wave.py) at the smoke run's sizes, and
+    their rows."""
+
+    KEYS = ("health_none_p50", "health_all_p50", "health_none_p99", "health_all_p99",
+            "auth_basic", "auth_token_cached", "auth_token_first", "audit_off", "audit_on")
+
+    def test_every_figure_measured_and_tabled(self):
+        from bench import wave
+        bench = self.make_bench()
+        wave.measure(bench)
+        for key in self.KEYS:
+            value = bench.results[key][OURS]
+            self.assertTrue(value > 0 and math.isfinite(value), (key, value))
+        health, first, audit = (wave.SIZES["smoke"][i] for i in (0, 2, 3))
+        for kind in ("none", "all"):
+            self.assertEqual(len(bench.details["health_none_p50"][kind]["samples"]), health)
+        web = bench.details["auth_basic"]
+        self.assertEqual(len(web["token_first"]["samples"]), first)
+        # Every audited write left its row, and no unaudited one did.
+        self.assertEqual(web["audit_rows"], audit)
+        self.assertEqual(len(web["unaudited"]["samples"]), audit)
+        lines = [line for line in render(bench.results, labels(SMOKE)).splitlines()
+                 if line.startswith(("| health: ", "| auth: ", "| audit: "))]
+        self.assertEqual(len(lines), len(self.KEYS))
+        for line in lines:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            self.assertEqual(cells[1], "-")
+            self.assertRegex(cells[2], r"^[0-9,.]+ (us|ms)$")
+            self.assertRegex(cells[3], r"^-$" if cells[4] == "(baseline)" else r"^[0-9.]+x$")
+        self.assertEqual(sum(note.startswith("wave: ") for note in bench.notes), 2)
+
+    def test_the_policy_figure_gives_every_key(self):
+        """The policy row's jobs carry every policy key there is, the run
+        health checks (issue 25) with history=100 among them, at values a
+        trivial run passes."""
+        from netweir_serve.reliability.policy import HEALTH_KEYS, KEYS, JobPolicy
+        self.assertEqual(sorted(k[1:] for k in figures.EVERY_POLICY_KEY), sorted(KEYS))
+        policy = JobPolicy.parse(figures.EVERY_POLICY_KEY, prefix="_")
+        self.assertEqual(policy.history, 100)
+        self.assertTrue(all(getattr(policy, key) is not None for key in HEALTH_KEYS))
+
+
+class ConsoleTest(BenchCase):
+    """The console's first-paint figure (bench/console.py) at the smoke
+    run's size: 200 finished jobs, two loads a page, in Debian's chromium.
+    ScrapydWeb is measured when its cached venv exists (a full or quick
+    run makes it; the smoke size never installs it), else a note says so."""
+
+    def test_seeded_table_reads_back_through_the_store(self):
+        from twisted.internet.task import Clock
+
+        from bench.console import seed_ours
+        from netweir_serve.store.sqlite import SQLiteJobStore
+        seed_ours(self.root, 50, "/nowhere/spiders.py")
+        store = SQLiteJobStore(os.path.join(self.root, "jobs.db"), Clock())
+        self.addCleanup(store.close)
+        listed = []
+        store.jobs().addCallback(listed.append)
+        pending, running, finished = listed[0]
+        self.assertEqual((len(pending), len(running)), (0, 0))
+        # Most recent last: in the order they were seeded.
+        self.assertEqual([j.id for j in finished], [f"seed{n:06d}" for n in range(50)])
+        self.assertEqual({j.outcome for j in finished}, {"finished", "failed", "cancelled"})
+        self.assertEqual({j.spider for j in finished}, {"trivial", "stamp"})
+        self.assertTrue(all(j.start_time < j.end_time for j in finished))
+        got = []
+        store.get("seed000011").addCallback(got.append)
+        self.assertEqual((got[0].reason, got[0].stats["item_scraped_count"]), ("exit 0", 11))
+
+    def test_pages_measured_in_chromium_and_tabled(self):
+        from .browser import browser_or_skip
+        browser_or_skip(self)
+        bench = self.make_bench()
+        bench.start_site()
+        bench.measure_console()
+        for service in bench.services:
+            self.assertIsNotNone(service.process.poll(), f"{service.name} still runs")
+        found = bench.details["console_fcp"]
+        keys = ["console_fcp", "console_plain"]
+        if found["console"]["rows_seen"]:
+            keys.append("console_rows")
+        else:  # main's placeholder jobs.js: no rows, no time for them
+            self.assertNotIn(OURS, bench.results["console_rows"])
+        for key in keys:
+            value = bench.results[key][OURS]
+            self.assertTrue(0 < value and math.isfinite(value), (key, value))
+        self.assertEqual(len(found["console"]["samples"]), SMOKE.console_loads)
+        # /jobs is drawn by the server: its rows are there to be seen.
+        self.assertTrue(found["plain_ours"]["rows_seen"])
+        # A cell (or more) of each of the 200 jobs.
+        self.assertGreaterEqual(found["plain_ours"]["samples"][0]["count"], 200)
+        if not found["console"]["rows_seen"]:  # main's placeholder jobs.js
+            self.assertTrue(any("showed no row" in note for note in bench.notes), bench.notes)
+        if NETWEIR_SERVE in bench.results["console_fcp"]:
+            self.assertGreater(bench.results["console_rows"][NETWEIR_SERVE], 0)
+            self.assertTrue(found["scrapydweb"]["rows_seen"])
+        else:
+            self.assertTrue(any(note.startswith("console: ScrapydWeb 1.6.0 not measured")
+                                for note in bench.notes), bench.notes)
+        lines = render(bench.results, labels(SMOKE)).splitlines()
+        row = next(line for line in lines if line.startswith("| console: first paint of /"))
+        self.assertIn("200 finished", row)
+        self.assertRegex([c.strip() for c in row.strip("|").split("|")][2], r"^[0-9.,]+ ms$")
+
+
 class DocsTest(unittest.TestCase):
     def test_the_latest_table_in_the_docs_has_every_row(self):
         """docs/performance.md's latest table (the first table of its

@@ -73,7 +73,7 @@ class IdleImportsTests(CrawlTestCase):
         # Each first use brings what it needs, and works.
         status, headers, body = daemon.call("GET", entry["items_url"])
         self.assertEqual((status, len(body.splitlines())), (200, 30))
-        status, headers, _ = daemon.call("GET", "/dashboard/dashboard.js")
+        status, headers, _ = daemon.call("GET", "/console/console.js")
         self.assertEqual((status, headers["Content-Type"]),
                          (200, "text/javascript; charset=utf-8"))
         self.assertIn("twisted.web.static", self.modules(daemon))

@@ -217,9 +217,11 @@ class WheelTests(unittest.TestCase):
         self.assertIn(f"{DIST}/twistd_plugin.py", names)
         # The .tac, which netweir-serve --print-tac writes out.
         self.assertIn(f"{DIST}/netweir-serve.tac", names)
-        # The dashboard's static files are package data.
-        for name in ("dashboard.js", "dashboard.css"):
-            self.assertIn(f"{DIST}/web/dashboard/{name}", names)
+        # The console's static files are package data.
+        for name in ("console.js", "console.css", "jobs.js", "job.js", "schedules.js",
+                     "spider.js", "nodes.js", "uPlot.iife.min.js", "uPlot.min.css",
+                     "uPlot.LICENSE"):
+            self.assertIn(f"{DIST}/web/console/{name}", names)
         self.assertIn(f"{DIST}/web/favicon.ico", names)
         self.assertEqual([n for n in names if "__pycache__" in n or n.endswith(".pyc")], [])
         for name in ("twisted/__init__.py", "twisted/plugins/__init__.py"):

@@ -19,7 +19,8 @@ from twisted.trial import unittest
 from netweir_serve import __version__
 from netweir_serve.store.records import FINISHED, PENDING, RUNNING, JobRecord
 from netweir_serve.web.listings import file_size, listing_html
-from netweir_serve.web.pages import Jobs, home_html, job_row
+from netweir_serve.web.console import shell
+from netweir_serve.web.pages import Jobs, about_sections, job_row
 
 from .test_clients import echo_job, serve
 
@@ -144,7 +145,7 @@ class RenderingTests(unittest.TestCase):
                              outcome=hostile, start_time=1e9, end_time=1e9 + 5), 0)
         self.assertNotIn("<b>", row)
         self.assertIn("&lt;b&gt;&amp;&quot;&#x27;", row)
-        page = home_html([hostile], hostile)
+        page = shell(hostile, "jobs", about_sections([hostile], hostile))
         self.assertNotIn("<b>", page)
         self.assertIn("project=%3Cb%3E%26%22%27", page)
         listing = listing_html("/logs/<b>/", [(hostile, hostile, "1B", "[text/plain]")])

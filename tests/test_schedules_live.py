@@ -154,8 +154,10 @@ class FiringTests(ScheduleTestCase):
         self.assertEqual(shown.utcoffset(), ZoneInfo("Europe/Berlin").utcoffset(shown))
         first = epoch(added["next_run"])
         self.assertTrue(int(before) + 2 <= first <= after + 2, (before, first, after))
-        self.assertEqual(listed(daemon), {"tick": {k: v for k, v in added.items()
-                                                   if k not in ("status", "node_name")}})
+        # The listing is the answer, and the rule in words (listschedules.json's alone).
+        self.assertEqual(listed(daemon), {"tick": {**{k: v for k, v in added.items()
+                                                      if k not in ("status", "node_name")},
+                                                   "in_words": "every 2 s"}})
 
         def three_finished():
             jobs = jobs_of(daemon, "tick")

@@ -1186,7 +1186,8 @@ class JobStoreContract:
         plan("recover", notices.ENDED, "n-lost",
              lambda s, _: s.recover("node-r", 4.0, lambda r: None),
              job_of("n-lost", "recovering", node="node-r"))
-        plan("prune", notices.PRUNED, None, lambda s, _: s.prune(0))
+        # One notice per job forgotten, naming it (store/journal.py).
+        plan("prune", notices.PRUNED, "n-end", lambda s, _: s.prune(0))
         plan("add_schedule", notices.SCHEDULE, None,
              lambda s, _: s.add_schedule(schedule("s-add")))
         plan("update_schedule", notices.SCHEDULE, None,
@@ -1221,8 +1222,8 @@ class JobStoreContract:
         return found
 
     # Methods that change no job and no schedule, and so tell nothing.
-    READS = ("get", "schedule_jobs", "unfinished_schedule_jobs", "runs", "running", "jobs",
-             "counts", "tally", "next_retry", "get_schedule", "chain_firings",
+    READS = ("get", "unfinished_jobs", "finished_rows", "listed_jobs", "schedule_jobs",
+             "unfinished_schedule_jobs", "runs", "running", "jobs", "counts", "tally", "next_retry", "get_schedule", "chain_firings",
              "schedules", "nodes", "heartbeat", "on_notice", "close")
 
     def test_every_method_is_known_as_a_change_or_not(self):

@@ -24,7 +24,11 @@ ENDPOINT_RULES = {
     # The pages.
     b"": READ,                      # the home page: its projects
     b"jobs": READ,                  # /jobs: its projects' jobs and schedules
-    b"dashboard": READ,             # static files; the data comes from the API
+    b"console": READ,               # the console's static files; data from the API
+    b"job": READ,                   # /job/P/J: a page; its data from the API
+    b"spider": READ,                # /spider/P/S
+    b"schedules": READ,             # /schedules
+    b"nodes": READ,                 # /nodes
     b"favicon.ico": READ,
     b"events": READ,                # /events: its projects' jobs and schedules
     b"metrics": SCRAPE,
@@ -38,8 +42,11 @@ ENDPOINT_RULES = {
     b"listpolicies.json": READ,
     b"listjobs.json": READ,
     b"jobstats.json": READ,
+    b"job.json": READ,              # one job, for its console page
     b"runs.json": READ,
+    b"listnodes.json": READ,        # the nodes, each with the projects it sees
     b"status.json": READ,
+    b"whoami.json": READ,           # its own name, role and projects
     # The audit: an operator's (its projects) or an admin's; a viewer
     # naming a project it sees is refused 403 naming the operator role.
     b"audit.json": WRITE,

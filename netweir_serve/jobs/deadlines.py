@@ -270,7 +270,9 @@ class Deadlines:
         they could be read (a failure is logged, unless ``quietly``)."""
         if self._store is None:
             return defer.succeed(True)
-        read = defer.maybeDeferred(self._store.jobs)
+        # The unfinished jobs alone: a table of 100,000 finished ones would
+        # be read (and kept in memory's high-water mark) for nothing.
+        read = defer.maybeDeferred(getattr(self._store, "unfinished_jobs", self._store.jobs))
         read.addCallback(lambda lists: [self.queued(r) for r in lists[0]])
         read.addCallback(lambda _: True)
 

@@ -478,6 +478,18 @@ def dues_between(rule, anchor, start, end, most):
     return dues
 
 
+def upcoming(rule, anchor, first, count):
+    """The next ``count`` due times of ``rule``, oldest first, from
+    ``first`` (the schedule's stored next due time, the one its timer
+    wakes for) on: what the console shows as the next runs."""
+    dues = []
+    due = first
+    while due is not None and len(dues) < count:
+        dues.append(due)
+        due = rule.next_after(due, anchor)
+    return dues
+
+
 def rule_of(cron=None, every=None, tz=None, environ=None, root="/"):
     """The Rule for exactly one of ``cron`` and ``every`` in zone ``tz``
     (None: the local zone); a RuleError naming what is wrong."""

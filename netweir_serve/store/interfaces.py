@@ -151,6 +151,23 @@ class IJobStore(Interface):
         one project (any case) or all: pending by start order, running by
         start time, finished most recent last."""
 
+    def unfinished_jobs(project=None):
+        """(pending, running) as ``jobs`` gives them."""
+
+    def finished_rows(project=None, ids=None, make=tuple):
+        """The finished jobs (of ``project``; among ``ids`` when given) as
+        ``make(row)`` of each row of job_table.FINISHED_ROW's columns, made
+        as they are read: what a listing kept in
+        memory holds, catching up with the ends and prunes ``journal``
+        names."""
+
+    def listed_jobs(ids):
+        """The records, as listings read them, of the jobs ``ids`` still kept."""
+
+    journal = Attribute(
+        "A store.journal.ChangeJournal: which finished jobs each version of"
+        " the table ended or pruned, for listings kept in memory.")
+
     def counts():
         """A dict of how many jobs are pending, running and finished."""
 

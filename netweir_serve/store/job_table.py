@@ -54,6 +54,20 @@ class JobColumns:
 # The column lists (names alone: the same for every backend).
 _NAMES = JobColumns({kind: (None, None) for _, kind in JOB_FIELDS})
 SELECT_ALL = select_list(_NAMES.all)
+# What a listing kept in memory holds of a finished job, in this order
+# (web/paging.FinishedRow).
+FINISHED_ROW = ("end_time", "seq", "id", "project", "spider", "outcome", "reason", "health",
+                "node", "schedule")
+
+
+def _key_chunks(ids):
+    """The folded ``ids`` as parameter dicts of at most 500 (a statement's
+    parameters are bounded: SQLite's at 32,766)."""
+    keys = sorted({fold(jobid) for jobid in ids})
+    return [{f"k{n}": key for n, key in enumerate(keys[start:start + 500])}
+            for start in range(0, len(keys), 500)]
+
+
 # What a listing reads, in this order (a backend's ``_listed``).
 SELECT_LISTED = select_list(_NAMES.listed)
 LISTED_STATE = [c.name for c in _NAMES.listed].index("state")
@@ -233,6 +247,10 @@ class JobTable:
         """Keeps every other claim out until this one commits (the backend's)."""
         raise NotImplementedError
 
+    def _lock_prunes(self, tx):
+        """Keeps every other prune out until this one commits (the backend's)."""
+        raise NotImplementedError
+
     def _listed(self, tx, where, params):
         """(pending, running, finished): the rows (SELECT_LISTED) of the jobs
         the conditions ``where`` (a list, empty for all) choose, each list
@@ -400,20 +418,45 @@ class JobTable:
 
     def prune(self, keep, node=None):
         whose = {"finished": FINISHED, "node": node, "keep": int(keep)}
+        # Every node's jobs (node None: one service on its own table): the
+        # state alone, which the index jobs_finished_order answers by itself.
+        pruned = _FINISHED_PRUNED if node is not None else "state = %(finished)s"
 
         # Called after every job ends: the count, from the index, spares a
         # sort of the whole finished list (and a write) when nothing is to go.
         def count(tx):
-            return tx.one(f"SELECT COUNT(*) FROM jobs WHERE {_FINISHED_PRUNED}", whose)[0]
+            return tx.one(f"SELECT COUNT(*) FROM jobs WHERE {pruned}", whose)[0]
 
         def forget(tx):
-            old = [self._record(self._jobs.listed, row) for row in tx.all(
-                f"DELETE FROM jobs WHERE {_FINISHED_PRUNED} AND seq NOT IN"
-                f" (SELECT seq FROM jobs WHERE {_FINISHED_PRUNED}"
-                " ORDER BY end_time DESC, seq DESC LIMIT %(keep)s)"
-                f" RETURNING {SELECT_LISTED}", whose)]
-            if old:
-                tx.changed(PRUNED)
+            self._lock_prunes(tx)
+            # Counted again in the write: another prune may have come first.
+            finished = count(tx)
+            if finished <= keep:
+                return []
+            # The newest of the jobs to forget: counted from the oldest end
+            # (index jobs_finished_order), usually the first step, where the
+            # newest ``keep`` counted from the other end would walk past
+            # every job kept. Every job up to it in that order goes.
+            # A job with no end time (none is written so; an old or edited
+            # table) counts as the oldest, on both backends.
+            cut = tx.one(
+                f"SELECT end_time, seq FROM jobs WHERE {pruned}"
+                " ORDER BY end_time NULLS FIRST, seq LIMIT 1 OFFSET %(past)s",
+                {**whose, "past": finished - int(keep) - 1})
+            if cut is None:
+                return []
+            # Each a range of the index (an OR of them would not be).
+            up_to = (["end_time IS NULL AND seq <= %(seq)s"] if cut[0] is None else
+                     ["end_time IS NULL",
+                      "end_time <= %(end)s AND (end_time < %(end)s OR seq <= %(seq)s)"])
+            old = [self._record(self._jobs.listed, row) for condition in up_to
+                   for row in tx.all(f"DELETE FROM jobs WHERE {pruned} AND {condition}"
+                                     f" RETURNING {SELECT_LISTED}",
+                                     {**whose, "end": cut[0], "seq": cut[1]})]
+            # One notice per job forgotten, each naming it: a listing kept
+            # in memory (store/journal.py) drops exactly those.
+            for record in old:
+                tx.changed(PRUNED, record.id, record.node)
             return old
 
         return self._read_statements(count).addCallback(
@@ -475,6 +518,55 @@ class JobTable:
                          for rows in self._listed(tx, where, params))
 
         return self._read_statements(listing)
+
+    def unfinished_jobs(self, project=None):
+        """(pending, running) as ``jobs`` gives them: what a listing kept in
+        memory reads whole at each change (they are few)."""
+        where, params = ["state != %(finished)s"], {"finished": FINISHED}
+        if project is not None:
+            where.append("project_key = %(project)s")
+            params["project"] = fold(project)
+
+        def listing(tx):
+            listed = self._jobs.listed
+            pending, running, _ = (
+                [self._record(listed, row) for row in rows]
+                for rows in self._listed(tx, where, params))
+            return pending, running
+
+        return self._read_statements(listing)
+
+    def finished_rows(self, project=None, ids=None, make=tuple):
+        """The finished jobs (of ``project``; among ``ids`` when given, else
+        all) as ``make(row)`` of each row of FINISHED_ROW's columns (made as
+        they are read, so the rows are never all in memory at once): what a
+        listing kept in memory holds of each, a tenth of a record
+        (store/journal.py)."""
+        where, params = ["state = %(finished)s"], {"finished": FINISHED}
+        if project is not None:
+            where.append("project_key = %(project)s")
+            params["project"] = fold(project)
+        select = f"SELECT {', '.join(FINISHED_ROW)} FROM jobs WHERE {' AND '.join(where)}"
+
+        def read(tx):
+            if ids is None:
+                return [make(row) for row in tx.each(select, params)]
+            return [make(row) for chunk in _key_chunks(ids) for row in tx.all(
+                f"{select} AND key IN ({', '.join(f'%({name})s' for name in chunk)})",
+                {**params, **chunk})]
+
+        return self._read_statements(read)
+
+    def listed_jobs(self, ids):
+        """The records (as listings read them) of the jobs ``ids`` still
+        kept, in no order."""
+        def read(tx):
+            listed = self._jobs.listed
+            return [self._record(listed, row) for chunk in _key_chunks(ids) for row in tx.all(
+                f"SELECT {SELECT_LISTED} FROM jobs"
+                f" WHERE key IN ({', '.join(f'%({name})s' for name in chunk)})", chunk)]
+
+        return self._read_statements(read)
 
     def counts(self):
         def count(tx):

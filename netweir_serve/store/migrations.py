@@ -113,6 +113,12 @@ AUDIT_INDEXES = (
 )
 QUEUED_BY = "ALTER TABLE jobs ADD COLUMN queued_by TEXT"
 
+# Migration 12: the finished jobs in the order of their ends, so that the
+# prune after each end (store.job_table.prune) finds its cut-off by
+# walking the index from the oldest, a few steps, rather than sorting every
+# finished job (300 ms with 100,000 kept).
+FINISHED_ORDER = "CREATE INDEX jobs_finished_order ON jobs (state, end_time, seq)"
+
 # How many finished runs the backfill of their counts reads at once.
 COUNTS_BATCH = 500
 
@@ -272,6 +278,7 @@ SQLITE_MIGRATIONS = (
     Migration(10, "tokens and their roles", (TOKENS,)),
     Migration(11, "the audit of every write, and who queued each job",
               (AUDIT, *AUDIT_INDEXES, QUEUED_BY)),
+    Migration(12, "the finished jobs indexed in the order of their ends", (FINISHED_ORDER,)),
 )
 
 LATEST = SQLITE_MIGRATIONS[-1].version

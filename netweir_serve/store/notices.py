@@ -26,11 +26,17 @@ NODE = "node"              # a node registered, or was declared dead
 PRUNED = "pruned"          # finished jobs were forgotten (past --keep)
 TOKEN = "token"            # a token was added, revoked or rotated (access.tokens)
 CHANGED = "changed"        # anything: re-read (the LISTEN connection came back)
+# The last notice of every transaction that moved the version on: its
+# notices are all heard (they may come over several reads of the LISTEN
+# connection), so a listing kept in memory may catch up with it
+# (store/journal.py). Older nodes never send it; nobody acts on it.
+DONE = "done"
 
 # Notices of progress alone: they move no store's version (no listing, no
 # cached answer and no count shows a running job's stats).
 PROGRESS = (STATS,)
-KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, PRUNED, TOKEN, CHANGED)
+KINDS = (QUEUED, CLAIMED, STARTED, CANCEL, ENDED, STATS, SCHEDULE, NODE, PRUNED, TOKEN, CHANGED,
+         DONE)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from .records import FINISHED, NODE_LOST, PENDING, RUNNING, NodeNameTaken, Store
 from .columns import POSTGRES_KINDS, SCHEDULE_FIELDS, columns_of, dump_json
 from .job_table import LISTED_STATE, SELECT_ALL, SELECT_LISTED, JobColumns, JobTable, where_all
 from .notices import CHANGED, CHANNEL, NODE, STATS
-from .notices import PROGRESS
+from .journal import ChangeJournal
+from .notices import DONE, PROGRESS
 from .notices import StoreNotice, decode, payload_tail
 from .postgres_listen import NoticeWatcher, listening_connection
 from .postgres_migrations import migrate_postgres
@@ -62,6 +63,12 @@ CONNECTION_DEFAULTS = {
     "application_name": "netweir-serve",
 }
 
+# Versions of other nodes' changes whose notices are being heard at once.
+HEARD_PARTS_KEPT = 64
+
+# The key of the transaction-level advisory lock every prune takes first:
+# a prune counts, then deletes up to a cut-off, in separate statements.
+PRUNE_LOCK = 0x6E77_0004
 # The key of the transaction-level advisory lock every claim takes first.
 CLAIM_LOCK = 0x6E77_0002
 # ... and the one that serializes registrations of node names.
@@ -166,6 +173,15 @@ class _Tx:
         self.cursor.execute(sql, params)
         return self.cursor
 
+    def each(self, sql, params=None):
+        """The rows one at a time (a big read never all in memory at once)."""
+        cursor = self.execute(sql, params)
+        while True:
+            rows = cursor.fetchmany(1000)
+            if not rows:
+                return
+            yield from rows
+
     def one(self, sql, params=None):
         return self.execute(sql, params).fetchone()
 
@@ -210,6 +226,10 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         if _listening is None:
             _listening = self._start_listening(migrate=True)
         conn, self._version = _listening
+        # Which finished jobs each version changed (store/journal.py), and
+        # the notices heard of versions whose DONE is yet to come.
+        self.journal = ChangeJournal()
+        self._heard_parts = {}
         self._pool = _Pool("psycopg", self._conninfo, cp_min=1, cp_max=pool_size,
                            cp_reconnect=True, cp_reactor=self._reactor)
         watcher_options = {} if reconnect_delays is None else {"delays": reconnect_delays}
@@ -286,7 +306,7 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         tx = _Tx(cursor)
         result = work(tx)
         if not tx.notices:
-            return result, None
+            return result, None, ()
         # The version moves on and every notice goes out in one statement,
         # at the end: the row lock on store_meta is held only until the
         # commit, and commits (so versions, and the notices' order) follow it.
@@ -297,17 +317,21 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
             rows = tx.all(
                 "SELECT version, pg_notify(%s, version::text || ' ' || tail)"
                 " FROM store_meta, unnest(%s::text[]) AS tail", (CHANNEL, tails))
-            return result, None
+            return result, None, ()
+        # Last, after them all: the version is whole (notices.DONE).
+        tails.append(payload_tail(self._origin, DONE))
         rows = tx.all(
             "WITH bumped AS (UPDATE store_meta SET version = version + 1 RETURNING version)"
             " SELECT bumped.version, pg_notify(%s, bumped.version::text || ' ' || tail)"
             " FROM bumped, unnest(%s::text[]) AS tail", (CHANNEL, tails))
-        return result, rows[0][0]
+        return result, rows[0][0], tuple(tx.notices)
 
     def _made(self, done):
-        result, version = done
-        if version is not None and version > self._version:
-            self._version = version
+        result, version, notices = done
+        if version is not None:
+            self.journal.record(version, notices)
+            if version > self._version:
+                self._version = version
         return result
 
     def _failed(self, failure, what):
@@ -349,12 +373,29 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         if decoded is None:
             return
         origin, notice = decoded
+        if origin != self._origin:
+            # Another node's change (our own are recorded as made). One
+            # transaction's notices may come over several reads of the
+            # connection, with requests answered between them: the journal
+            # hears of its version once its DONE, the last, is heard.
+            if notice.kind == DONE:
+                self.journal.record(notice.version, self._heard_parts.pop(notice.version, []))
+                return
+            if notice.kind not in PROGRESS:
+                self._heard_parts.setdefault(notice.version, []).append(
+                    (notice.kind, notice.jobid, notice.node))
+                if len(self._heard_parts) > HEARD_PARTS_KEPT:
+                    # Versions whose DONE never comes (from an older node).
+                    del self._heard_parts[min(self._heard_parts)]
         if notice.version > self._version:
             self._version = notice.version
         if origin != self._origin:
             self._announce(notice)
 
     def _listening_again(self, version):
+        # Notices up to ``version`` may have been missed while it was down.
+        self._heard_parts.clear()
+        self.journal.forget(version)
         if version > self._version:
             self._version = version
         self._announce(StoreNotice(CHANGED, self._version))
@@ -371,6 +412,11 @@ class PostgresJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
     @property
     def version(self):
         return self._version
+
+    def _lock_prunes(self, tx):
+        # Prunes one at a time, across nodes: under READ COMMITTED a count
+        # taken before another prune committed would cut too far after it.
+        tx.execute("SELECT pg_advisory_xact_lock(%s)", (PRUNE_LOCK,))
 
     def _lock_claims(self, tx):
         # Two claims at once, each in READ COMMITTED, would each see the

@@ -12,7 +12,7 @@ Append a migration, never edit one that has landed.
 
 from .migrations import (
     CHAIN_FIRINGS, HEALTH_OF_OLD_ENDS, REASONS_OF_OLD_ENDS, RUNS_INDEXES, SQLITE_MIGRATIONS,
-    TOKENS, AUDIT, AUDIT_INDEXES, QUEUED_BY, Migration, NewerSchema, RunStatements, counts_of_old_runs, run_step)
+    TOKENS, AUDIT, AUDIT_INDEXES, QUEUED_BY, FINISHED_ORDER, Migration, NewerSchema, RunStatements, counts_of_old_runs, run_step)
 
 # The key of the session-level advisory lock held while migrating: two
 # nodes starting at once must not both apply a migration (CREATE TABLE IF
@@ -154,6 +154,9 @@ POSTGRES_MIGRATIONS = (
         *AUDIT_INDEXES,
         QUEUED_BY.replace("TEXT", "text"),
     )),
+    # The prune takes a job with no end time as the oldest: first, as
+    # SQLite's index has it.
+    _as_sqlite(12, (FINISHED_ORDER.replace("end_time,", "end_time NULLS FIRST,"),)),
 )
 
 POSTGRES_LATEST = POSTGRES_MIGRATIONS[-1].version

@@ -28,6 +28,7 @@ from zope.interface import implementer
 from .interfaces import IJobStore, IScheduleStore, ITokenStore, IAuditStore
 from .records import FINISHED, PENDING, RUNNING, StoreError
 from .columns import SCHEDULE_FIELDS, SQLITE_KINDS, columns_of, in_sqlites_words
+from .journal import ChangeJournal
 from .job_table import SELECT_LISTED, JobColumns, JobTable, where_all
 from .migrations import migrate_sqlite
 from .schedule_table import ScheduleTable
@@ -64,11 +65,17 @@ class _Statements:
     schedule_table), run on SQLite. ``changed`` tells nobody: no other
     store shares the file, and the version moves with any change."""
 
-    def __init__(self, db):
+    def __init__(self, db, noted=None):
         self._db = db
+        # Where a write's notices go (store.journal); None for a read.
+        self._noted = noted
 
     def all(self, statement, params):
         return self._db.execute(in_sqlites_words(statement), params).fetchall()
+
+    def each(self, statement, params):
+        """The rows one at a time (a big read never all in memory at once)."""
+        return self._db.execute(in_sqlites_words(statement), params)
 
     def one(self, statement, params):
         # Every row read, so that a RETURNING statement is finished.
@@ -76,7 +83,9 @@ class _Statements:
         return rows[0] if rows else None
 
     def changed(self, kind, jobid=None, node=None):
-        pass
+        # No other store shares the file: only the journal hears it.
+        if self._noted is not None:
+            self._noted.append((kind, jobid, node))
 
 
 # A write's course: waiting (queued, or for a lock), committing (its COMMIT
@@ -96,6 +105,7 @@ class _Write:
         self.changed = threading.Condition()
         self.state = WAITING
         self.outcome = None     # (result, version or None), or a Failure
+        self.notices = ()       # what the write's transaction changed (tx.changed)
         self.deferred = defer.Deferred(self._cancel)
         self._delivered = delivered
 
@@ -171,6 +181,9 @@ class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         # The version as of this store's last write delivered (``version``).
         self._version = self._db.execute("SELECT version FROM store_meta").fetchone()[0]
+        # Which finished jobs each version changed (store/journal.py).
+        self.journal = ChangeJournal()
+        self._noting = None
         # The store's thread's alone: the writes held back by a lock, in order.
         self._blocked = collections.deque()
         # The reactor thread's: the timer of the next try, and how many so far.
@@ -227,6 +240,9 @@ class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
             db.execute("BEGIN IMMEDIATE")
             try:
                 before = db.total_changes
+                # The write's notices, for the journal (on this thread
+                # alone: one write at a time).
+                self._noting = write.notices = []
                 result = write.work(db)
                 changed = db.total_changes != before
                 version = None
@@ -295,6 +311,7 @@ class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
             return
         result, version = write.outcome if write.outcome is not None else (None, None)
         if version is not None:
+            self.journal.record(version, write.notices)
             # Only ever up: a cancel may have delivered a later write first.
             self._version = max(self._version, version)
         write.deferred.callback(result)
@@ -346,7 +363,7 @@ class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
     _name_taken = sqlite3.IntegrityError
 
     def _write_statements(self, work):
-        return self._write(lambda db: work(_Statements(db)))
+        return self._write(lambda db: work(_Statements(db, self._noting)))
 
     def _read_statements(self, work):
         return self._read(lambda db: work(_Statements(db)))
@@ -363,6 +380,10 @@ class SQLiteJobStore(JobTable, ScheduleTable, TokenTable, AuditTable):
         # shared, so nobody else moves it on (a hand edit of jobs.db while
         # the service runs is not seen until the next change or start).
         return self._version
+
+    def _lock_prunes(self, tx):
+        # Nothing to take: every write runs inside BEGIN IMMEDIATE.
+        pass
 
     def _lock_claims(self, tx):
         # Nothing to take: every write runs inside BEGIN IMMEDIATE, so

@@ -2,7 +2,7 @@
 
 from twisted.internet import defer
 
-from ..access.roles import identity_of
+from ..access.roles import WRITE, identity_of
 from ..clocks import WallClock
 from ..jobs.history import read_history
 from ..jobs.launcher import CANCEL_ANSWER_WAIT
@@ -17,7 +17,10 @@ from .elsewhere import OwnerAnswered, OwnerDown
 from .endpoint import ApiEndpoint
 from .params import ApiError
 from .cache import VersionCache
+from .jobdetail import JobDetail
+from .paging import KeptPages, PageRequest, PagedJobs, is_paged, with_entries
 from .refusals import refused
+from .nodes import ListNodes
 from .runs import Runs
 from .schedules import schedule_endpoints
 from .views import format_time, job_entry, stats_entry
@@ -29,6 +32,10 @@ SCHEDULE_PARAMETERS = ("project", "spider", "setting", "jobid", "priority", "_ve
 # jobstats.json's history parameter: any of these asks for the series.
 HISTORY_YES = ("1", "true", "yes")
 
+# Paged listings kept in memory at once (web/paging.KeptPages): every
+# project's, and a few single projects' or tokens' projects'.
+KEPT_LISTINGS = 8
+
 # scrapyd's cancel.json takes a signal name; these mean "stop now".
 KILL_SIGNALS = ("KILL", "SIGKILL", "9")
 
@@ -37,7 +44,7 @@ class Api:
 
     def __init__(self, projects, store, scheduler, launcher, reader, submitter, timetable,
                  max_per_spider=None, history=None, owners=None, listing_builds=None,
-                 build_aside=None, limits=None, wall=None, audit=None):
+                 build_aside=None, limits=None, wall=None, audit=None, node=None):
         self.projects = projects
         self.store = store
         self.scheduler = scheduler
@@ -65,6 +72,8 @@ class Api:
         self.wall = wall if wall is not None else WallClock()
         # The audit the writes are recorded in (web/audit.AuditLog), or None.
         self.audit = audit
+        # This node's name (--node-name, or the host's), for listnodes.json.
+        self.node = node
 
     def served(self):
         """Deferred ServedProjects: this service's projects, or, on a
@@ -154,6 +163,19 @@ def seen_key(identity):
     """The key of an answer built for the projects ``identity`` sees (no
     project's name is a tuple, so none is mistaken for one)."""
     return ("seen",) + tuple(sorted(identity.projects))
+
+
+class WhoAmI(ApiEndpoint):
+    """Who the request comes in as, for the console's buttons: its name,
+    role, and the served projects it may read and write (``writes``); on a
+    service open to all, null and every project."""
+
+    def answer(self, params, request):
+        identity = identity_of(request)
+        seen = self.api.project_names(identity)
+        return {"name": identity.who, "role": identity.role, "projects": seen,
+                "writes": seen if identity.may(WRITE) else [],
+                "shared": bool(self.api.store.shared)}
 
 
 class ListProjects(ApiEndpoint):
@@ -268,10 +290,15 @@ class ListJobs(ApiEndpoint):
         super().__init__(api)
         self._cache = VersionCache(lambda: api.store,
                                    built=lambda: api.listing_builds.count("listjobs.json"))
+        # The paged answers' source (web/paging.py): the table in paged
+        # order, kept in memory per listing and caught up at each change.
+        self._kept = {}
 
     def answer(self, params, request):
         project = params.name("project", required=False)
         identity = identity_of(request)
+        if is_paged(params):
+            return self._page(PageRequest(params), project, identity)
         if project and not identity.sees(project):
             # As for a project that does not exist: no jobs.
             return self._listing(([], [], []), lambda record: None)
@@ -283,6 +310,33 @@ class ListJobs(ApiEndpoint):
         key = fold(project) if project else None
         answer = self._cache.answer(key, lambda: self._build(project))
         return answer.addErrback(refused) if isinstance(answer, defer.Deferred) else answer
+
+    def _page(self, asked, project, identity):
+        if project and not identity.sees(project):
+            return PagedJobs(([], []), [], lambda record: None).page(asked, node_name())
+        if not project and not identity.every_project:
+            key, sees = seen_key(identity), identity.sees
+        else:
+            key, sees = (fold(project) if project else None), None
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            kept = KeptPages(self.api, project, sees,
+                             built=lambda: self.api.listing_builds.count("listjobs.json paged"))
+            if len(self._kept) >= KEPT_LISTINGS:
+                # Each may hold a row of every finished job (270 bytes
+                # each): a few, the most recently asked.
+                del self._kept[next(iter(self._kept))]
+        self._kept[key] = kept
+        return kept.paged().addCallback(self._answer_page, asked).addErrback(refused)
+
+    def _answer_page(self, paged, asked):
+        answer = paged.page(asked, node_name())
+        if not answer[FINISHED]:
+            return answer
+        # The finished jobs shown: their records, read for this page alone
+        # (the listing keeps a row of each, not its record).
+        return self.api.store.listed_jobs([row.id for row in answer[FINISHED]]).addCallback(
+            lambda records: with_entries(answer, records))
 
     def _build(self, project, sees=None):
         # Kept per version of the table: a node registering or declared
@@ -398,8 +452,11 @@ def endpoints(api):
         b"schedule.json": Schedule(api),
         b"cancel.json": Cancel(api),
         b"listjobs.json": ListJobs(api),
+        b"whoami.json": WhoAmI(api),
         b"jobstats.json": JobStats(api),
+        b"job.json": JobDetail(api),
         b"runs.json": Runs(api),
+        b"listnodes.json": ListNodes(api),
         b"status.json": Status(api),
         b"audit.json": AuditList(api),
         b"delproject.json": DelProject(api),

@@ -179,7 +179,7 @@ class EventHub:
             self._send_job(record)
 
     def _send_job(self, record):
-        entry = job_entry(record)
+        entry = job_entry(record, times=True)
         entry["state"] = record.state
         entry["time"] = round(self._time(), 3)
         if record.state == RUNNING:

@@ -1,5 +1,6 @@
-"""The HTML pages: / (home, with the live dashboard of web/dashboard/ on
-top) and /jobs (scrapyd's jobs page).
+"""The HTML pages: /jobs (scrapyd's jobs page), the parts of the home page
+the console shows below its jobs (web/console/), and what every page
+shares.
 
 Dashboards read these, not people alone: ScrapydWeb refuses to start
 unless ``GET /`` answers 200, and reads /jobs with a regular expression
@@ -21,13 +22,11 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 
-from .. import __version__
 from ..health.checks import DEGRADED
 from ..store.records import FINISHED, PENDING, RUNNING
 from ..access.roles import identity_of
 from .answer import write_error
 from .cache import VersionCache
-from .dashboard import dashboard_section, static_files
 from .deferred import render_result
 from .views import items_url, log_url, shown_times
 
@@ -89,6 +88,7 @@ ENDPOINTS = (
     ("listjobs.json", "GET", "project (optional)", True),
     ("status.json", "GET", "job, project (optional)", False),
     ("jobstats.json", "GET", "job", False),
+    ("job.json", "GET", "job, project (optional)", False),
     ("runs.json", "GET", "project, spider, schedule (optional), limit (optional)", False),
     ("listversions.json", "GET", "project (always no versions)", False),
     ("schedule.json", "POST", "project, spider, setting, jobid, priority, spider arguments", False),
@@ -98,7 +98,8 @@ ENDPOINTS = (
     ("editschedule.json", "POST", "project, name, any of addschedule.json's but spider", False),
     ("runschedule.json", "POST", "project, name", False),
     ("backfillschedule.json", "POST", "project, name, from, to", False),
-    ("listschedules.json", "GET", "project, name (optional)", True),
+    ("listschedules.json", "GET", "project, name, upcoming (all optional)", True),
+    ("listnodes.json", "GET", "", True),
     ("pauseschedule.json", "POST", "project, name, note (optional)", False),
     ("resumeschedule.json", "POST", "project, name", False),
     ("delschedule.json", "POST", "project, name", False),
@@ -173,8 +174,9 @@ class HtmlPage(Resource):
 # -- / ---------------------------------------------------------------------------
 
 
-def home_html(projects, version):
-    """The home page for the project names ``projects``."""
+def about_sections(projects, version):
+    """The part of the home page below the console's jobs: the version,
+    the project names ``projects``, and the API."""
     if projects:
         items = "".join(
             f"<li>{escape(name)}: "
@@ -187,31 +189,18 @@ def home_html(projects, version):
         f"<tr><td>{link('/' + path, path) if plain else escape(path)}</td>"
         f"<td>{method}</td><td>{escape(params)}</td></tr>\n"
         for path, method, params, plain in ENDPOINTS)
-    body = (
-        "<h1>netweir-serve</h1>\n"
-        f"<p>Runs Netweir spiders as jobs; version {escape(version)}.</p>\n"
-        '<link rel="stylesheet" href="/dashboard/dashboard.css">\n'
-        f"{dashboard_section()}"
-        f"<p>{link('/jobs', 'Jobs')}: pending, running and finished jobs, with their"
-        " logs and items.</p>\n"
-        f"<h2>Projects</h2>\n{project_list}"
-        "<h2>API</h2>\n<table>\n<thead>\n<tr><th>endpoint</th><th>method</th>"
+    return (
+        '<section id="about">\n'
+        f"<p>netweir-serve {escape(version)} runs Netweir spiders as jobs. "
+        f"{link('/jobs', 'Jobs')}: pending, running and finished jobs, with their"
+        " logs and items, on one plain page.</p>\n"
+        f'<h2>Projects</h2>\n<div id="projects">\n{project_list}</div>\n'
+        '<details id="api">\n<summary>API</summary>\n<table>\n<thead>\n<tr>'
+        "<th>endpoint</th><th>method</th>"
         f"<th>parameters</th></tr>\n</thead>\n<tbody>\n{rows}</tbody>\n</table>\n"
         "<p>Logs are at <code>/logs/PROJECT/SPIDER/JOB.log</code>, items at"
-        " <code>/items/PROJECT/SPIDER/JOB.jl</code>.</p>\n"
+        " <code>/items/PROJECT/SPIDER/JOB.jl</code>.</p>\n</details>\n</section>\n"
     )
-    return document("netweir-serve", body)
-
-
-class Home(HtmlPage):
-    def __init__(self, projects):
-        super().__init__()
-        self.projects = projects
-
-    def page(self, request):
-        identity = identity_of(request)
-        return home_html([name for name in self.projects.names() if identity.sees(name)],
-                         __version__)
 
 
 # -- /jobs -------------------------------------------------------------------------
@@ -404,7 +393,9 @@ class Favicon(Resource):
 
 def site_pages(api):
     """{path segment: resource} of the pages, for Root's ``pages``."""
+    # Here, not at the top: the console's pages are made of this module's.
+    from .console.pages import console_pages
+
     jobs = Jobs(api.store, api.timetable, built=api.listing_builds.counter("/jobs"),
                 reasons=api.reasons)
-    return {b"": Home(api.projects), b"jobs": jobs, b"dashboard": static_files(),
-            b"favicon.ico": Favicon()}
+    return {**console_pages(api), b"jobs": jobs, b"favicon.ico": Favicon()}

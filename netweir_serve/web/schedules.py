@@ -4,10 +4,11 @@ resume, run now and backfill."""
 from twisted.python.failure import Failure
 
 from ..names import fold
-from ..reliability.policy import KEYS as POLICY_KEYS
+from ..reliability.policy import KEYS as POLICY_KEYS, whole_number
 from ..schedules.edits import TEXT_PARAMETERS
-from ..schedules.times import iso_time
-from ..schedules.timetable import ScheduleRequest, UnknownSchedule
+from ..schedules.times import RuleError, iso_time, jitter_offset, upcoming
+from ..schedules.timetable import ScheduleRequest, UnknownSchedule, rule_of_record
+from ..schedules.words import in_words
 from ..access.roles import identity_of
 from .endpoint import ApiEndpoint
 from .params import ApiError
@@ -25,6 +26,8 @@ ADDSCHEDULE_PARAMETERS = ("project", "spider", "setting", "priority", "cron", "e
 EDITSCHEDULE_PARAMETERS = ADDSCHEDULE_PARAMETERS
 # The longest note pauseschedule.json takes.
 MAX_NOTE = 500
+# The most due times listschedules.json's ``upcoming`` lists a schedule.
+MAX_UPCOMING = 20
 
 
 def hidden_schedule(request, project, name):
@@ -188,21 +191,62 @@ def _policy(params):
 
 class ListSchedules(ApiEndpoint):
     """listschedules.json: every schedule, or a project's (``project``), or
-    one by ``name`` (any case; an empty list when there is none)."""
+    one by ``name`` (any case; an empty list when there is none). Each
+    entry has its rule ``in_words``; ``upcoming=N`` (1 to MAX_UPCOMING)
+    adds its next N due times (and, with jitter, when their jobs start)."""
 
     def answer(self, params, request):
         project = params.name("project", required=False)
         name = params.name("name", "schedule name", required=False)
+        count = _upcoming_count(params.get("upcoming"))
         listed = self.api.timetable.schedules(project)
         return listed.addCallbacks(self._entries, refused,
-                                   callbackArgs=(name, identity_of(request)))
+                                   callbackArgs=(name, identity_of(request), count))
 
-    def _entries(self, records, name, identity):
+    def _entries(self, records, name, identity, count):
         zone_of = self.api.timetable.zone_of
         records = [r for r in records if identity.sees(r.project)]
         if name is not None:
             records = [r for r in records if fold(r.name) == fold(name)]
-        return {"schedules": [schedule_entry(r, zone_of(r)) for r in records]}
+        entries = []
+        for record in records:
+            zone = zone_of(record)
+            entry = schedule_entry(record, zone)
+            entry["in_words"] = in_words(record.kind, record.rule, record.tz, record.chain_on)
+            if count:
+                _add_upcoming(entry, record, zone, count)
+            entries.append(entry)
+        return {"schedules": entries}
+
+
+def _upcoming_count(text):
+    """listschedules.json's ``upcoming``: None when not given, else a whole
+    number from 1 to MAX_UPCOMING (an ApiError naming it otherwise)."""
+    if text is None or text == "":
+        return None
+    count = whole_number(text)
+    if count is None or not 1 <= count <= MAX_UPCOMING:
+        raise ApiError(400, f"parameter 'upcoming': {text!r} is not a number of runs from 1"
+                            f" to {MAX_UPCOMING}")
+    return count
+
+
+def _add_upcoming(entry, record, zone, count):
+    """The entry's ``upcoming`` due times (none while paused, nor for a
+    chain, which runs when its upstream ends) and, with jitter,
+    ``upcoming_starts``: when each of their jobs starts."""
+    dues = []
+    if not record.paused and record.next_due is not None:
+        try:
+            rule = rule_of_record(record)
+        except RuleError:
+            rule = None  # a zone the system no longer knows: its next run alone
+        dues = upcoming(rule, record.anchor, record.next_due, count) if rule else [
+            record.next_due]
+    entry["upcoming"] = [iso_time(due, zone) for due in dues]
+    if record.jitter:
+        offset = jitter_offset(record.name, record.jitter)
+        entry["upcoming_starts"] = [iso_time(due + offset, zone) for due in dues]
 
 
 class PauseSchedule(_ScheduleEndpoint):

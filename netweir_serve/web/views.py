@@ -74,9 +74,9 @@ def shown_arguments(pairs):
     return {k: masked(v) if isinstance(v, str) else v for k, v in pairs}
 
 
-def job_entry(record, waits_for=None):
+def job_entry(record, waits_for=None, times=False):
     """One job of listjobs.json; ``waits_for`` says why a pending job may
-    not start yet (store.runpolicy)."""
+    not start yet (store.runpolicy); ``times`` adds ``at`` (below)."""
     entry = _job_entry(record)
     if record.node is not None:
         # The node that runs or ran it (several may share a job table).
@@ -98,6 +98,13 @@ def job_entry(record, waits_for=None):
         entry["policy"] = JobPolicy.from_json(record.policy).shown()
     if waits_for is not None:
         entry["waiting_for"] = waits_for
+    if times:
+        # The same times as epoch seconds (UTC by definition), in paged
+        # listings and /events: start_time and end_time are scrapyd's local
+        # time of the service's machine, without a zone, which a browser
+        # elsewhere cannot place (the console shows the browser's zone).
+        entry["at"] = {"queued": record.created or None, "started": record.start_time,
+                       "ended": record.end_time}
     return entry
 
 
