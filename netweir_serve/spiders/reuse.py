@@ -187,7 +187,7 @@ class CheckReuse:
                 waiter.errback(result)
             else:
                 waiter.callback(result)
-        # Handled: each waiter has its own copy of a failure.
+        # Handled here: every waiter was given the failure to handle.
         return None
 
     def _drop(self, key, held):
