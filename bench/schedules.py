@@ -5,9 +5,11 @@ that posts schedule.json at the due time. So each figure here puts
 netweir-serve's own timer beside that:
 
 - ``lateness``: N schedules of netweir-serve's all due in the same second
-  (``every`` chosen per schedule so that its first due time is that
-  second), from each due time to its job in the job table (the job's
-  ``created`` in DIR/jobs.db; the due time is in the job's id). Against
+  (a daily cron line for the first whole minute far enough away to add
+  them all), from each due time to its job in the job table (the job's
+  ``created`` in DIR/jobs.db; the due time is in the job's id). Daily, so
+  that none fires again while they are deleted: schedules due every few
+  seconds would keep the table busy with their skipped runs. Against
   it, netweir serve driven as cron would drive it: at the due second, N
   schedule.json requests, CRON_CONNECTIONS at a time (one client may hold
   8 connections, more are closed unanswered, so N curls at once would
@@ -66,15 +68,17 @@ def in_parallel(work, items, threads=4):
         raise errors[0]
 
 
-def add_schedules(service, names, every):
+def add_schedules(service, names, every=None, cron=None):
     """Adds a schedule of the ``trivial`` spider under each of ``names``,
-    its interval ``every()`` (seconds, asked just before each is sent);
-    the seconds it took."""
+    its interval ``every()`` (asked just before each is sent), or the cron
+    line ``cron`` (in UTC); the seconds it took."""
     started = time.monotonic()
+    when = [("cron", cron), ("tz", "UTC")] if cron is not None else None
 
     def add(name):
         answer = service.post("addschedule.json", [("project", "one"), ("spider", "trivial"),
-                                                   ("name", name), ("every", str(every()))])
+                                                   ("name", name)]
+                              + (when or [("every", str(every()))]))
         if answer.get("status") != "ok":
             raise RuntimeError(f"{service.name}: addschedule.json refused: {answer}")
 
@@ -117,12 +121,14 @@ def _fired(service, prefix):
 
 def timer_lateness(service, count, prefix, add_seconds):
     """netweir-serve's own timer: ``count`` schedules named ``prefix``N,
-    all first due in one second, ``add_seconds`` (what adding as many took
-    before) plus MARGIN from now; seconds from each due time to its job,
-    once all have fired. The schedules are deleted afterwards."""
+    all due at the first whole minute at least ``add_seconds`` (what adding
+    as many took before) times 1.5 plus MARGIN from now; seconds from each
+    due time to its job, once all have fired. The schedules are deleted
+    afterwards."""
     names = [f"{prefix}{n:04d}" for n in range(count)]
-    due = math.ceil(time.time() + add_seconds * 1.5 + MARGIN)
-    add_schedules(service, names, lambda: max(1, due - math.floor(time.time())))
+    due = math.ceil((time.time() + add_seconds * 1.5 + MARGIN) / 60) * 60
+    moment = datetime.fromtimestamp(due, timezone.utc)
+    add_schedules(service, names, cron=f"{moment.minute} {moment.hour} * * *")
     rows = wait_until(lambda: (lambda r: r if len(r) >= count else None)(
         _fired(service, prefix)), max(60, due - time.time() + 30 + count * 0.05),
         f"{service.name}: {count} schedules to fire", interval=0.25)

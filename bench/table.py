@@ -117,10 +117,11 @@ FIGURES = (
     Figure("bigfile_rss", "files: {big_mb} MB items file, {fetchers} clients at once: peak RSS"
            " (growth)", "MB", "growth <= 5 MB", extra="growth", max_extra=5),
     # -- recurring schedules, against cron posting schedule.json
-    Figure("sched_late_p50", "schedules: firing lateness p50, {sched} due at once (netweir"
-           " serve: cron)", "ms", "-"),
-    Figure("sched_late_p99", "schedules: firing lateness p99, {sched} due at once (netweir"
-           " serve: cron)", "ms", "-"),
+    Figure("sched_late_p50", "schedules: {burst} due at the same second: p50 lateness"
+           " (netweir serve: cron)", "ms", "-"),
+    # Issue 28: a thousand due at once, each within a second.
+    Figure("sched_late_p99", "schedules: {burst} due at the same second: p99 lateness"
+           " (netweir serve: cron)", "ms", "< 1 s", max_value=1000),
     # "Near zero", the issue says: what an idle netweir serve costs with
     # nothing to do is the bar.
     Figure("sched_idle_cpu", "schedules: CPU per idle hour, {sched} waiting (netweir serve:"

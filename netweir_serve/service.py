@@ -395,7 +395,7 @@ def makeService(config, reactor, wall=None):
                           max_per_spider=config.max_jobs_per_spider, groups=groups,
                           environ=job_env, starter=starter)
     reader = SpiderReader(reactor, python=config.python, timeout=config.reader_timeout,
-                          env=job_env)
+                          env=job_env, wall=wall)
     submitter = JobSubmitter(config.projects, store, core.scheduler, reader, config.directory,
                              rules=config.policies, enforceable=groups.refusal)
     def serves(project):

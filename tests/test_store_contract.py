@@ -1196,6 +1196,9 @@ class JobStoreContract:
         plan("claim_firing", notices.SCHEDULE, None,
              lambda s, added: s.claim_firing("s-fire", added.seq, 10.0, 12.0, 10.0),
              lambda s: s.add_schedule(schedule("s-fire")))
+        plan("claim_firings", notices.SCHEDULE, None,
+             lambda s, added: s.claim_firings([("s-burst", added.seq, 10.0, 12.0, 10.0)]),
+             lambda s: s.add_schedule(schedule("s-burst")))
         plan("delete_schedule", notices.SCHEDULE, None,
              lambda s, _: s.delete_schedule("s-del"),
              lambda s: s.add_schedule(schedule("s-del")))
@@ -1648,6 +1651,46 @@ class ScheduleStoreContract:
         found = yield others[1].get_schedule("tick")
         self.assertEqual((found.next_due, found.last_due), (16.0, 14.0))
 
+    @defer.inlineCallbacks
+    def test_a_batch_of_claims_answers_each_as_claim_firing_would(self):
+        tick = yield self.store.add_schedule(schedule())
+        tock = yield self.store.add_schedule(schedule("tock", next_due=11.0))
+        held = yield self.store.add_schedule(schedule("held", paused=True))
+        taken = yield self.store.claim_firings([
+            ("TICK", tick.seq, 10.0, 12.0, 10.0), ("tock", tock.seq, 11.0, 13.0, 11.0),
+            ("held", held.seq, 10.0, 12.0, 10.0), ("gone", 99, 10.0, 12.0, 10.0),
+            # Twice in one batch: the second finds it taken.
+            ("tick", tick.seq, 10.0, 12.0, 10.0)])
+        self.assertEqual([(r.name, r.next_due, r.last_due) if r else None for r in taken],
+                         [("tick", 12.0, 10.0), ("tock", 13.0, 11.0), None, None, None])
+        self.assertEqual((yield self.store.get_schedule("tock")), taken[1])
+        # Taken, so lost from the same rows; the next due times are there.
+        again = yield self.store.claim_firings([
+            ("tick", tick.seq, 10.0, 12.0, 10.0), ("tick", tick.seq, 12.0, 14.0, 12.0)])
+        self.assertEqual([r.last_due if r else None for r in again], [None, 12.0])
+        self.assertEqual((yield self.store.claim_firings([])), [])
+
+    @defer.inlineCallbacks
+    def test_stores_claiming_one_burst_at_once_take_each_due_time_once(self):
+        others = []
+        for _ in range(2):
+            others.append((yield self.open(self.make_second_store)))
+        stores = [self.store] + others
+        added = []
+        for n in range(30):
+            added.append((yield self.store.add_schedule(schedule(f"s{n:02d}"))))
+        claims = [(r.name, r.seq, 10.0, 12.0, 10.0) for r in added]
+        # Each store asks for the burst in an order of its own, twice over.
+        batches = yield defer.gatherResults([
+            s.claim_firings(claims[::step]) if step == 1
+            else s.claim_firings(list(reversed(claims)))
+            for s in stores for step in (1, -1)])
+        won = {}
+        for batch in batches:
+            for record in batch:
+                if record is not None:
+                    won[record.name] = won.get(record.name, 0) + 1
+        self.assertEqual(won, {r.name: 1 for r in added})
 
     # -- chains: the outbox of firings owed -------------------------------------
 

@@ -10,7 +10,9 @@ the daemon's problem.
 once and forks a fresh reader per request (a few milliseconds); with
 ``warm=False`` it starts a whole new interpreter per request instead (a few
 hundred). Either way the reactor never waits: every method returns a
-Deferred.
+Deferred. A job's check that passed is given again without a reader
+while the project's files stay unchanged (spiders.reuse): an edited,
+added or removed file is read afresh.
 """
 
 import os
@@ -22,6 +24,7 @@ from zope.interface import implementer
 from ..jobs.checked import FoundSpider, InspectError
 from ..jobs.interfaces import ISpiderReader
 from . import protocol
+from .reuse import CheckReuse
 from .runners import OneShotRunner, WarmRunner, last_lines
 
 # Readers running at once: enough to keep two cores busy while one file
@@ -54,7 +57,9 @@ _forkserver.main(sys.argv[2:])
 @implementer(ISpiderReader)
 class SpiderReader:
     """Lists a project's spiders and checks jobs before they are queued,
-    reading the project's files afresh in another process each time.
+    reading the project's files in another process: each listing, and
+    each check unless the same one passed with the files as they are now
+    (``checks``, a spiders.reuse.CheckReuse).
 
     ``reactor`` provides IReactorProcess and IReactorTime. ``python`` is the
     interpreter for the reader processes (it needs netweir and this
@@ -63,15 +68,21 @@ class SpiderReader:
     best the same as the jobs get, since spider files may read it at import.
     ``warm=False`` starts a fresh interpreter per request instead of forking
     from a warm helper (slower; for platforms without fork, and comparison).
+    ``wall`` is the time of day (``seconds()``; ``time.time`` if not given),
+    which file times are compared with (spiders.reuse).
     """
 
-    def __init__(self, reactor, python=sys.executable, timeout=10.0, env=None, warm=True):
+    def __init__(self, reactor, python=sys.executable, timeout=10.0, env=None, warm=True,
+                 wall=None):
         self._timeout = float(timeout)
         argv = [python, "-c", _BOOTSTRAP, _PACKAGE_PARENT, "warm" if warm else "once"]
         environment = dict(os.environ if env is None else env)
         runner_class = WarmRunner if warm else OneShotRunner
         self._runner = runner_class(reactor, argv, environment)
         self._slots = defer.DeferredSemaphore(MAX_CONCURRENT_READS)
+        # A check is read once for as long as the project's files stay
+        # unchanged (a burst of firings of one spider: one reader).
+        self.checks = CheckReuse(reactor, self._read_check, wall=wall)
 
     def start(self):
         """Starts the warm helper now rather than at the first request, so
@@ -102,10 +113,10 @@ class SpiderReader:
         exist). ``spelled`` maps a key to how the user typed it, for the
         refusal to name it so. ``arguments``: ``(name, value)`` pairs, each
         to become an attribute of the spider."""
-        return defer.maybeDeferred(self._check_job, project, spider, settings, arguments,
+        return defer.maybeDeferred(self.checks.check, project, spider, settings, arguments,
                                    spelled or {})
 
-    def _check_job(self, project, spider, settings, arguments, spelled):
+    def _read_check(self, project, spider, settings, arguments, spelled):
         request = protocol.check_request(
             project.name, project.path, self._timeout, spider=spider, settings=settings,
             # MAX_ITEMS is max_items, but a refusal names what was typed.

@@ -224,6 +224,14 @@ class IScheduleStore(Interface):
         took it (it alone fires ``due``), or None when another firing (a
         node's) took it first or the schedule changed meanwhile."""
 
+    def claim_firings(claims):
+        """``claim_firing`` for many schedules at once, in one transaction
+        (one commit for a burst of firings due together): ``claims`` is a
+        list of ``(name, seq, seen_next_due, next_due, due)``. Fires with a
+        list in the same order, each the new record or None, exactly as
+        ``claim_firing`` would have answered it: on a shared table, of two
+        nodes claiming the same due time in their batches one takes it."""
+
     def update_schedule(name, seq=None, skipped_added=0, buffered_added=0,
                         caught_up_added=0, **changes):
         """Sets the fields ``changes`` names (columns.SCHEDULE_SETTABLE: a

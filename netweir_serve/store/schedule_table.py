@@ -150,6 +150,25 @@ class ScheduleTable:
             {"next": next_due, "due": due, "key": fold(name), "seq": seq,
              "seen": seen_next_due})))
 
+    def claim_firings(self, claims):
+        values = [{"next": next_due, "due": due, "key": fold(name), "seq": seq,
+                   "seen": seen_next_due}
+                  for name, seq, seen_next_due, next_due, due in claims]
+
+        def claim(tx):
+            taken = [None] * len(values)
+            # Row by row in the order of their keys: two nodes claiming the
+            # same burst lock its rows in one order, so neither waits for
+            # a row the other holds while holding one it wants (a
+            # deadlock). Each write is claim_firing's own guarded one: the
+            # node that comes second finds next_due moved on and takes none.
+            for index in sorted(range(len(values)), key=lambda i: values[i]["key"]):
+                taken[index] = self._changed(tx, tx.one(
+                    f"{CLAIM_FIRING} RETURNING {_SELECT}", values[index]))
+            return taken
+
+        return self._write_statements(claim)
+
     def delete_schedule(self, name):
         def delete(tx):
             deleted = self._changed(tx, tx.one(
