@@ -23,7 +23,6 @@ and connects again for each request otherwise (`netweir serve`: HTTP/1.0).
 
 import os
 import selectors
-import signal
 import socket
 import statistics
 import subprocess
@@ -32,7 +31,7 @@ import threading
 import time
 
 from .figures import rounds
-from .services import ROOT, _die_with_parent, _signal_group, cpu_seconds, rss_mb
+from .services import ROOT, _die_with_parent, cpu_seconds, rss_mb, stop_piped
 
 PER_SOURCE = 4
 PATH = "/items/one/trivial/big.jl"
@@ -101,17 +100,8 @@ class BareLoop:
 
     def stop(self):
         """Its standard input closed ends it; SIGKILL if it lingers."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            try:
-                self.process.wait(3)
-            except subprocess.TimeoutExpired:
-                pass
-        _signal_group(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        self.process.stdout.close()
+        if self.process is not None:
+            stop_piped(self.process)
 
 
 def unplace(services):

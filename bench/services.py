@@ -278,6 +278,21 @@ def kill_leftovers(marker):
     return killed
 
 
+def stop_piped(process):
+    """Ends a helper process that stops when its standard input closes
+    (the site, the bare loop): closes it, waits 3 s, then SIGKILLs its
+    process group (whatever it started) and reaps it."""
+    if process.poll() is None:
+        process.stdin.close()
+        try:
+            process.wait(3)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stdout.close()
+
+
 class Site:
     """bench/site.py in a process of its own."""
 
@@ -293,12 +308,4 @@ class Site:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            try:
-                self.process.wait(3)
-            except subprocess.TimeoutExpired:
-                pass
-        _signal_group(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        self.process.stdout.close()
+        stop_piped(self.process)

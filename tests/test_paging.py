@@ -268,10 +268,9 @@ class JournalTests(unittest.TestCase):
         self.assertEqual(journal.finished_since(7, 10), {"j8", "j9", "j10"})
 
 
-class SharedTableKeptPagesTests(unittest.TestCase):
-    """On a shared (PostgreSQL) table, a node's listing follows the ends and
-    prunes another node makes from their notices, and reads everything
-    again after its LISTEN connection may have missed some."""
+class SharedTableCase(unittest.TestCase):
+    """A database of the test's own; ``open()`` a store on it (several may
+    share it, as nodes do), closed at the end."""
 
     def setUp(self):
         from . import pg
@@ -283,6 +282,12 @@ class SharedTableKeptPagesTests(unittest.TestCase):
         store = yield PostgresJobStore.opened(self.url, reactor)
         self.addCleanup(store.close)
         return store
+
+
+class SharedTableKeptPagesTests(SharedTableCase):
+    """On a shared (PostgreSQL) table, a node's listing follows the ends and
+    prunes another node makes from their notices, and reads everything
+    again after its LISTEN connection may have missed some."""
 
     @defer.inlineCallbacks
     def test_another_nodes_ends_and_prunes_are_caught_up(self):

@@ -15,6 +15,8 @@ from netweir_serve.store.sqlite import SQLiteJobStore
 from netweir_serve.web.api import Api
 from netweir_serve.web.paging import KeptPages
 
+from .test_paging import SharedTableCase
+
 
 def listed_ids(paged):
     return ([r.id for state in ("pending", "running") for r in paged.sections[state][0]]
@@ -91,17 +93,7 @@ class SQLiteCases(unittest.TestCase):
         self.assertEqual(kept.whole_reads, 2)
 
 
-class SharedTableCases(unittest.TestCase):
-    def setUp(self):
-        from . import pg
-        self.url = pg.fresh_url(self)
-
-    @defer.inlineCallbacks
-    def open(self):
-        from netweir_serve.store.postgres import PostgresJobStore
-        store = yield PostgresJobStore.opened(self.url, reactor)
-        self.addCleanup(store.close)
-        return store
+class SharedTableCases(SharedTableCase):
 
     @defer.inlineCallbacks
     def finish_many(self, store, n, prefix="j", now=1_700_000_000.0):
