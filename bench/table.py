@@ -200,7 +200,7 @@ LABEL_DEFAULTS = {"conns": 64, "small": 100, "big": "1,000", "jobs": 100, "strea
                   "huge": "10,000", "sched": "1,000", "file_mb": 5, "big_mb": 500,
                   "fetchers": 4, "slots": 6, "stall_jobs": "10,000", "deadline_jobs": "1,000",
                   "paged_jobs": "100,000",
-                  "console_jobs": "10,000"}
+                  "console_jobs": "10,000", "burst": "1,000"}
 
 
 def _format_number(unit, value):

@@ -483,9 +483,9 @@ class ExpireTests(unittest.TestCase):
             id="old", project="shop", spider="books", spider_file=rig.spider_file,
             created=rig.wall.seconds() - 50,
             policy=JobPolicy.parse({"expire": "1m"}).to_json())))
-        read = rig.store.jobs
+        read = rig.store.unfinished_jobs
         fails = [StoreError("database is locked")] * 2
-        rig.store.jobs = lambda: defer.fail(fails.pop()) if fails else read()
+        rig.store.unfinished_jobs = lambda: defer.fail(fails.pop()) if fails else read()
         self.successResultOf(rig.deadlines.start())
         self.assertEqual(len(self.flushLoggedErrors(StoreError)), 1)
         self.assertEqual(rig.deadlines.watching(), 0)
@@ -501,7 +501,7 @@ class ExpireTests(unittest.TestCase):
 
     def test_stop_ends_the_reads_again(self):
         rig = DeadlineRig(self, max_jobs=0)
-        rig.store.jobs = lambda: defer.fail(StoreError("database is locked"))
+        rig.store.unfinished_jobs = lambda: defer.fail(StoreError("database is locked"))
         self.successResultOf(rig.deadlines.start())
         self.flushLoggedErrors(StoreError)
         rig.deadlines.stop()

@@ -514,6 +514,11 @@ class FullDiskTests(FaultTestCase):
                                        pages="12", delay="0.2")
         pid = self.wait_running_with_pid(daemon, running)
         self.addCleanup(kill_groups, [pid])
+        # Its checkpoint made before the disk fills (a warm start has a pid
+        # before the crawl has opened anything), so that what is compared
+        # below is what the refused job would have made, not the running one.
+        checkpoint = os.path.join(directory, "data", "shop", "shared", "crawl.sqlite3")
+        wait_until(lambda: os.path.exists(checkpoint), 30, "the running job's checkpoint")
 
         ballast = os.path.join(directory, "ballast")
         self.fill(ballast)
