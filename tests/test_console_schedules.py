@@ -308,6 +308,13 @@ class SpiderPageTests(BrowserMixin, CrawlTestCase):
         shown_epoch = page.evaluate("t => Date.parse(t) / 1000", shown)
         print("runs.json end_time", run["end_time"], "shown", shown, "ended", job["at"]["ended"])
         self.assertLess(abs(shown_epoch - job["at"]["ended"]), 1)
+        # A run ending redraws the page: the old charts destroyed (their
+        # resize observers let go), one canvas in each chart.
+        page.wait_for_selector("#chart-counts canvas")
+        daemon.wait_state(daemon.must_schedule("shop", "books", jobid="books-again"), "finished")
+        page.locator('#runs a[href="/job/shop/books-again"]').wait_for(timeout=15000)
+        self.assertEqual(page.locator("#chart-counts canvas").count(), 1)
+        self.assertEqual(page.locator("#chart-runtime canvas").count(), 1)
         self.assertEqual(self.errors, [])
 
 
