@@ -9,6 +9,7 @@ page to the line where a failed run raised in three clicks."""
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -278,7 +279,9 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         page.select_option("#log-level", "INFO")
         self.assertNotIn("DEBUG a debugging line", lines.inner_text())
         # Search: marks every match; with "only matching lines", filters.
+        # (The search redraws once typing pauses: 150 ms.)
         page.fill("#log-search", "NEEDLE")
+        wait_until(lambda: lines.locator("mark").count() == 2, 5, "the search's marks")
         self.assertEqual(lines.locator("mark").all_inner_texts(), ["needle", "needle"])
         page.check("#log-only")
         self.assertEqual([t.rstrip("\n") for t in lines.locator(".line").all_inner_texts()],
@@ -286,7 +289,7 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         self.assertIn("2 matching", page.locator("#log-note").inner_text())
         page.uncheck("#log-only")
         page.fill("#log-search", "")
-        self.assertEqual(lines.locator("mark").count(), 0)
+        wait_until(lambda: lines.locator("mark").count() == 0, 5, "the marks to go")
         self.assertEqual(self.errors, [])
 
     def test_a_retrys_page_shows_its_attempts_and_what_queued_it(self):
@@ -404,4 +407,129 @@ class JobPageTests(BrowserMixin, CrawlTestCase):
         page.goto(self.url_of(daemon) + f"/job/shop/{failed}#error")
         self.screenshots(page, "job-error", ready=lambda p: (
             ready(p), p.locator("#log-lines .line.target").wait_for(timeout=10000)))
+        self.assertEqual(self.errors, [])
+
+    def failed_job(self, directory, jobid, lines):
+        """``seed_finished_job``'s job, recorded as failed (exit 1)."""
+        seed_finished_job(directory, jobid, lines)
+        db = sqlite3.connect(os.path.join(directory, "jobs.db"))
+        db.execute("UPDATE jobs SET outcome='failed', exit_status=1 WHERE id=?", (jobid,))
+        db.commit()
+        db.close()
+
+    def test_go_to_the_error_past_a_line_longer_than_a_chunk(self):
+        # A line longer than a read (LOG_CHUNK) before the tail: a read of
+        # it alone finds no newline. "Load earlier" read on to the line's
+        # start; it once reported success without moving, and "Go to the
+        # error" (a log under 4 MiB is read whole first) asked the same
+        # Range for ever (314 requests in 3 s).
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        self.failed_job(directory, "long-line",
+                        ["INFO start", "ERROR error in parse for http://example/one",
+                         "DEBUG Scraped " + "x" * 300000]
+                        + [f"INFO tail line {n}" for n in range(20)])
+        daemon = self.daemon(directory=directory)
+        asked = []
+
+        def watch(page):
+            page.on("request", lambda r: asked.append(r.headers.get("range"))
+                    if "/logs/" in r.url else None)
+
+        page = self.open(self.url_of(daemon) + "/job/shop/long-line", watch=watch)
+        ready(page)
+        lines = page.locator("#log-lines")
+        self.assertEqual(int(lines.get_attribute("data-lines")), 20)
+        page.locator("#log-earlier").click()
+        wait_until(lambda: int(lines.get_attribute("data-start")) < 300000, 10,
+                   "Load earlier to read past the long line")
+        # The long line whole, and the two before it (the log's start).
+        self.assertEqual(int(lines.get_attribute("data-start")), 0)
+        self.assertEqual(int(lines.get_attribute("data-lines")), 23)
+        page.locator("#go-to-error").click()
+        target = page.locator("#log-lines .line.target")
+        target.wait_for(timeout=10000)
+        self.assertTrue(target.inner_text().startswith("ERROR error in parse"))
+        print("log requests:", len(asked), asked)
+        self.assertLess(len(asked), 10, f"asked again and again: {sorted(set(map(str, asked)))}")
+        self.assertEqual(self.errors, [])
+
+    def test_a_line_longer_than_the_longest_read_whole_is_shown_cut(self):
+        # Past LONGEST_LINE (4 MiB) a line's end alone is shown, marked, and
+        # the next "Load earlier" reads on before it: every read moves.
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        self.failed_job(directory, "huge-line",
+                        ["ERROR error in parse for http://example/two",
+                         "DEBUG Scraped " + "y" * (5 * 1048576)] + ["INFO the last line"])
+        daemon = self.daemon(directory=directory)
+        page = self.open(self.url_of(daemon) + "/job/shop/huge-line")
+        ready(page)
+        lines = page.locator("#log-lines")
+        tail_start = int(lines.get_attribute("data-start"))
+        page.locator("#log-earlier").click()
+        page.locator("#log-lines .line.cut").wait_for(timeout=10000)
+        cut_start = int(lines.get_attribute("data-start"))
+        self.assertEqual(tail_start - cut_start, 4 * 1048576)
+        self.assertIn("[cut: this line starts before byte", page.locator(".line.cut").inner_text())
+        # "Go to the error" reads up to 4 MiB of a log this long: no error there.
+        page.locator("#go-to-error").click()
+        page.locator("#error-note", has_text="No error in the last").wait_for(timeout=10000)
+        # The rest, by hand: the line's start, and the error before it.
+        page.locator("#log-earlier").click()
+        wait_until(lambda: int(lines.get_attribute("data-start")) == 0, 10, "the log's start")
+        page.locator("#go-to-error").click()
+        page.locator("#log-lines .line.target").wait_for(timeout=10000)
+        self.assertTrue(page.locator("#log-lines .line.target").inner_text()
+                        .startswith("ERROR error in parse for http://example/two"))
+        self.assertEqual(self.errors, [])
+
+    def test_items_that_are_not_objects_are_shown_in_a_value_column(self):
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        seed_finished_job(directory, "odd-items", ["INFO done"],
+                          items=["just a string", [1, 2, 3], 7, {"a": 1}])
+        daemon = self.daemon(directory=directory)
+        page = self.open(self.url_of(daemon) + "/job/shop/odd-items")
+        ready(page)
+        rows = page.locator("#items-table tbody tr.item")
+        self.assertEqual(rows.count(), 4)
+        self.assertEqual(page.locator("#items-table thead th").all_inner_texts(),
+                         ["#", "(value)", "a"])
+        cells = [rows.nth(n).locator("td").all_inner_texts()[1:] for n in range(4)]
+        self.assertEqual(cells, [["just a string", ""], ["[1,2,3]", ""], ["7", ""], ["", "1"]])
+        self.assertEqual(self.errors, [])
+
+    def test_the_error_link_of_a_job_that_ended_well(self):
+        # /job/P/J#error of a healthy job: no "why" section (nor its note);
+        # goToError threw, and the page never said it was ready.
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        seed_finished_job(directory, "fine-job", ["INFO done", "WARNING a warning"])
+        daemon = self.daemon(directory=directory)
+        page = self.open(self.url_of(daemon) + "/job/shop/fine-job#error")
+        ready(page)
+        self.assertTrue(page.locator("#why").is_hidden())
+        self.assertEqual(page.locator("#log-error-note").inner_text(),
+                         "No ERROR line: this is its first warning.")
+        self.assertEqual(page.locator("#log-lines .line.target").inner_text().strip(),
+                         "WARNING a warning")
+        self.assertEqual(self.errors, [])
+
+    def test_a_page_refused_the_event_stream_still_learns_its_job_ended(self):
+        # The service takes 4 /events streams from one address: a 5th page
+        # is refused (429), which EventSource never retries. The page says
+        # "not live", asks job.json now and then, and asks /events again.
+        daemon = self.daemon()
+        jobid = daemon.must_schedule("shop", "slow", jobid="slow-unfollowed", delay="0.3")
+        daemon.wait_state(jobid, "running")
+        others = self.browser().new_context()
+        self.addCleanup(others.close)
+        for _ in range(4):
+            holder = others.new_page()
+            holder.goto(self.url_of(daemon) + "/schedules")
+            holder.wait_for_selector("#live[data-state=live]", timeout=15000)
+        page = self.open(self.url_of(daemon) + f"/job/shop/{jobid}")
+        ready(page)
+        page.wait_for_selector("#live[data-state=off]", timeout=10000)
+        self.assertEqual(page.locator("#live").inner_text(), "not live")
+        daemon.post("cancel.json", {"project": "shop", "job": jobid, "signal": "KILL"})
+        page.locator(".job-head .chip.cancelled").wait_for(timeout=30000)
+        self.assertEqual(page.locator("#live").inner_text(), "not live")
         self.assertEqual(self.errors, [])

@@ -21,6 +21,7 @@ from netweir_serve.store.sqlite import SQLiteJobStore
 
 from .browser import BrowserMixin
 from .processes import wait_until
+from .test_console_job import seed_finished_job
 from .test_jobs import CrawlTestCase
 
 
@@ -285,4 +286,80 @@ class SpiderPageTests(BrowserMixin, CrawlTestCase):
             shot.wait_for_selector("#chart-runtime canvas")
             shot.wait_for_selector("#live[data-state=live]")
         self.screenshots(page, "spider", drawn)
+        self.assertEqual(self.errors, [])
+
+    def test_its_run_times_are_right_in_another_zone(self):
+        # runs.json's start_time and end_time are the service's local time
+        # without a zone: read as the browser's, they were off by the
+        # difference. Its ``at`` (epoch seconds) is what the page shows.
+        directory = tempfile.mkdtemp(prefix="dir-", dir=self.base)
+        seed_finished_job(directory, "zoned", ["INFO done"])
+        daemon = self.daemon(directory=directory, env={"TZ": "UTC"})
+        run = daemon.get("runs.json", {"project": "shop", "spider": "books"})[1]["runs"][0]
+        job = daemon.get("job.json", {"job": "zoned"})[1]["job"]
+        self.assertEqual(run["at"], job["at"])
+        context = self.browser().new_context(timezone_id="Asia/Tokyo")
+        self.addCleanup(context.close)
+        page = context.new_page()
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.goto(url_of(daemon) + "/spider/shop/books")
+        ready(page)
+        shown = page.locator("#runs time").first.get_attribute("datetime")
+        shown_epoch = page.evaluate("t => Date.parse(t) / 1000", shown)
+        print("runs.json end_time", run["end_time"], "shown", shown, "ended", job["at"]["ended"])
+        self.assertLess(abs(shown_epoch - job["at"]["ended"]), 1)
+        # A run ending redraws the page: the old charts destroyed (their
+        # resize observers let go), one canvas in each chart.
+        page.wait_for_selector("#chart-counts canvas")
+        daemon.wait_state(daemon.must_schedule("shop", "books", jobid="books-again"), "finished")
+        page.locator('#runs a[href="/job/shop/books-again"]').wait_for(timeout=15000)
+        self.assertEqual(page.locator("#chart-counts canvas").count(), 1)
+        self.assertEqual(page.locator("#chart-runtime canvas").count(), 1)
+        self.assertEqual(self.errors, [])
+
+
+class StreamTests(BrowserMixin, CrawlTestCase):
+    def test_a_fifth_console_page_is_told_it_is_not_live_and_asks_again(self):
+        # The service takes 4 /events streams from one address
+        # (web/limits.py); the 5th page is refused (429), and EventSource
+        # does not retry an HTTP error: the page said "reconnecting…" for
+        # ever. It says "not live" now, and asks again later (5 s, 10 s,
+        # ... 60 s), live once a stream is free.
+        daemon = self.daemon()
+        context = self.browser().new_context()
+        self.addCleanup(context.close)
+        pages = []
+        for n in range(5):
+            page = context.new_page()
+            page.on("pageerror", lambda e: self.errors.append(str(e)))
+            page.goto(url_of(daemon) + "/schedules")
+            ready(page)
+            pages.append(page)
+        for page in pages[:4]:
+            page.wait_for_selector("#live[data-state=live]", timeout=15000)
+        last = pages[-1]
+        last.wait_for_selector("#live[data-state=off]", timeout=15000)
+        self.assertEqual(last.locator("#live").inner_text(), "not live")
+        # A change made meanwhile is read when the stream comes: a resync.
+        daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                         "cron": "0 3 * * *", "name": "meanwhile"})
+        pages[0].close()
+        last.wait_for_selector("#live[data-state=live]", timeout=30000)
+        last.locator("#schedule-meanwhile").wait_for(timeout=10000)
+        self.assertEqual(self.errors, [])
+
+    def test_a_link_to_a_schedule_scrolls_to_its_card(self):
+        # /schedules#schedule-NAME: the card is drawn after the page loads,
+        # too late for the browser's own scroll to it.
+        daemon = self.daemon()
+        for n in range(12):
+            daemon.post("addschedule.json", {"project": "shop", "spider": "books",
+                                             "cron": "0 3 * * *", "name": f"nightly-{n:02d}"})
+        page = self.open(url_of(daemon) + "/schedules#schedule-NIGHTLY-11", size=(390, 700))
+        ready(page)
+        card = page.locator("#schedule-nightly-11")
+        wait_until(lambda: card.evaluate(
+            "card => { const box = card.getBoundingClientRect();"
+            " return box.top >= -1 && box.top < innerHeight; }"), 10, "the card in view")
+        self.assertGreater(page.evaluate("scrollY"), 0)
         self.assertEqual(self.errors, [])

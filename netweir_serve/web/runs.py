@@ -34,6 +34,11 @@ def run_entry(record):
         "pages": record.pages,
         "errors": record.errors,
         "runtime": runtime,
+        # The same times as epoch seconds, as paged listings give them: the
+        # two above are the service's local time without a zone, which a
+        # browser in another zone cannot place.
+        "at": {"queued": record.created or None, "started": record.start_time,
+               "ended": record.end_time},
     }
 
 

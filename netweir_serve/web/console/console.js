@@ -181,28 +181,52 @@
 
   // -- live: /events ------------------------------------------------------------
 
-  // Follows /events; ``handlers``: {job(entry), schedule(entry), resync()}.
-  // Shows the stream's state in the bar; EventSource reconnects by itself,
-  // and every reconnection is a resync (changes may have been missed).
+  // While /events is closed for good (the service refused the stream: it
+  // takes 4 from one address, see web/limits.py, and EventSource never
+  // retries an HTTP error), the page asks again after these many seconds,
+  // doubling up to the last.
+  const FOLLOW_RETRY_S = [5, 10, 20, 40, 60];
+
+  // Follows /events; ``handlers``: {job(entry), schedule(entry), resync(),
+  // lost()}. Shows the stream's state in the bar. EventSource reconnects by
+  // itself after a dropped stream ("reconnecting…"); a refused one is closed
+  // ("not live": ``lost`` is called, so a page may poll meanwhile) and opened
+  // again by this, later and later. Every reconnection is a resync (changes
+  // may have been missed).
   C.follow = function (handlers) {
     const live = document.getElementById("live");
     const say = (text, state) => { if (live) { live.textContent = text; live.dataset.state = state; } };
-    const source = new EventSource("/events");
-    let opened = false;
-    source.addEventListener("open", () => {
-      say("live", "live");
-      if (opened && handlers.resync) handlers.resync();
-      opened = true;
-    });
-    source.addEventListener("error", () => say("reconnecting…", "down"));
-    for (const kind of ["job", "schedule"]) {
-      if (!handlers[kind]) continue;
-      source.addEventListener(kind, (event) => {
-        try { handlers[kind](JSON.parse(event.data)); } catch (e) { console.error(e); }
+    let opened = false, retries = 0, source = null;
+    const connect = () => {
+      source = new EventSource("/events");
+      source.addEventListener("open", () => {
+        say("live", "live");
+        if (live) live.removeAttribute("title");
+        retries = 0;
+        if (opened && handlers.resync) handlers.resync();
+        opened = true;
       });
-    }
-    if (handlers.resync) source.addEventListener("resync", () => handlers.resync());
-    return source;
+      source.addEventListener("error", () => {
+        if (source.readyState !== EventSource.CLOSED) { say("reconnecting…", "down"); return; }
+        const wait = FOLLOW_RETRY_S[Math.min(retries, FOLLOW_RETRY_S.length - 1)];
+        retries += 1;
+        say("not live", "off");
+        if (live) live.title = `the service refused the event stream; trying again in ${wait} s`;
+        // A later open is a reconnection: whatever changed meanwhile is read again.
+        opened = true;
+        if (handlers.lost) { try { handlers.lost(); } catch (e) { console.error(e); } }
+        setTimeout(connect, wait * 1000);
+      });
+      for (const kind of ["job", "schedule"]) {
+        if (!handlers[kind]) continue;
+        source.addEventListener(kind, (event) => {
+          try { handlers[kind](JSON.parse(event.data)); } catch (e) { console.error(e); }
+        });
+      }
+      if (handlers.resync) source.addEventListener("resync", () => handlers.resync());
+    };
+    connect();
+    return {get live() { return source.readyState === EventSource.OPEN; }};
   };
 
   // -- charts -------------------------------------------------------------------
@@ -225,8 +249,13 @@
         value: (u, v) => v === null || v === undefined ? "–" : C.number(v) + (one.unit ? " " + one.unit : ""),
       }))),
     }, [times].concat(series.map((one) => one.values)), place);
-    new ResizeObserver(() => plot.setSize({width: Math.max(240, place.clientWidth), height: plot.height}))
-      .observe(place);
+    const resized = new ResizeObserver(
+      () => plot.setSize({width: Math.max(240, place.clientWidth), height: plot.height}));
+    resized.observe(place);
+    // Its destroy lets go of the observer too, so a page drawing its
+    // charts again leaves none behind.
+    const destroy = plot.destroy.bind(plot);
+    plot.destroy = () => { resized.disconnect(); destroy(); };
     return plot;
   };
 

@@ -20,6 +20,15 @@
   // The lines a followed log keeps: past this (and a batch more, so the
   // redraw is rare), the oldest go, and "Load earlier" reads them again.
   const LOG_LINES_KEPT = 20000, LOG_LINES_BATCH = 2000;
+  // The longest line "Load earlier" reads whole (a chunk at a time, back
+  // to its start): one longer is shown cut, its end alone and marked, so
+  // every read moves the start of what is shown.
+  const LONGEST_LINE = 4 * 1048576;
+  // While /events is refused (the page is not live), job.json is asked
+  // this often, so the page learns the job started or ended.
+  const JOB_POLL_MS = 4000;
+  // The search redraws the log this long after the last key pressed.
+  const SEARCH_DELAY_MS = 150;
   // Items: bytes read from the items file at a time, rows shown at a time.
   const ITEMS_CHUNK = 65536, ITEMS_PAGE = 50;
 
@@ -232,6 +241,7 @@
 
   async function cancel(kill, said) {
     said.textContent = kill ? "killing…" : "cancelling…";
+    said.classList.remove("error");
     try {
       const answer = await C.post("cancel.json", {project: page.job.project, job: page.job.id,
                                                   signal: kill ? "KILL" : null});
@@ -383,8 +393,18 @@
 
   // The part of the log read so far: whole lines from byte ``start`` to
   // ``end`` (the next read begins at ``end``), and the file's size.
-  const log = {lines: [], start: 0, end: 0, size: null, missing: false, busy: false,
+  // ``busy``: the read under way (pollLog's or loadEarlier's; a promise
+  // that never fails), null when none is: one read at a time.
+  const log = {lines: [], start: 0, end: 0, size: null, missing: false, busy: null,
                timer: null, target: -1};
+
+  function oneRead(work) {
+    const running = work();
+    const settled = running.then(() => null, () => null);
+    log.busy = settled;
+    settled.then(() => { if (log.busy === settled) log.busy = null; });
+    return running;
+  }
 
   // A Range read: {status, bytes, first, total}; 416 (nothing there yet)
   // and 404 (no file yet) are answers, not errors.
@@ -473,9 +493,12 @@
   }
 
   // What was added since the last read: a Range from the last end.
-  async function pollLog() {
-    if (log.busy || !page.job) return;
-    log.busy = true;
+  function pollLog() {
+    if (log.busy || !page.job) return Promise.resolve();
+    return oneRead(readNewLog);
+  }
+
+  async function readNewLog() {
     try {
       const finished = page.job.state === "finished";
       const got = await readRange(logUrl(), `bytes=${log.end}-`);
@@ -497,29 +520,65 @@
       if (dropOldLines()) drawLog(); else appendLog(from);
     } catch (error) {
       console.error(error);
-    } finally {
-      log.busy = false;
     }
   }
 
-  async function loadEarlier() {
-    if (log.start <= 0 || log.busy) return false;
-    log.busy = true;
-    try {
-      const from = Math.max(0, log.start - LOG_CHUNK);
-      const got = await readRange(logUrl(), `bytes=${from}-${log.start - 1}`);
+  // Reads the lines before those shown; true when it did (the start of
+  // what is shown moved), false when there was nothing to read, or another
+  // read was under way.
+  function loadEarlier() {
+    if (log.start <= 0 || log.busy) return Promise.resolve(false);
+    return oneRead(readEarlier);
+  }
+
+  async function readEarlier() {
+    // Back a chunk at a time until the bytes read hold a newline before
+    // the last (the one ending the line before those shown): the line it
+    // ends is whole then, and the lines after it. A read without one
+    // is all inside a single long line.
+    let bytes = new Uint8Array(0), first = log.start;
+    while (first > 0) {
+      const from = Math.max(0, first - LOG_CHUNK);
+      const got = await readRange(logUrl(), `bytes=${from}-${first - 1}`);
       if (!got.bytes) return false;
-      const part = wholeLines(got.bytes, got.first, got.first > 0, true);
-      const earlier = lineObjects(part.text);
-      log.lines = earlier.concat(log.lines);
-      log.start = part.start;
-      if (log.target >= 0) log.target += earlier.length;
-      settleLevels(0);
-      drawLog();
-      return true;
-    } finally {
-      log.busy = false;
+      const chunk = got.status === 200 ? got.bytes.subarray(from, first) : got.bytes;
+      const joined = new Uint8Array(chunk.length + bytes.length);
+      joined.set(chunk); joined.set(bytes, chunk.length);
+      bytes = joined; first = from;
+      const newline = bytes.indexOf(10);
+      if (newline >= 0 && newline < bytes.length - 1) break;
+      if (bytes.length >= LONGEST_LINE) break;
     }
+    const newline = bytes.indexOf(10);
+    let earlier, start;
+    if (first === 0 || (newline >= 0 && newline < bytes.length - 1)) {
+      const part = wholeLines(bytes, first, first > 0, true);
+      earlier = lineObjects(part.text);
+      start = part.start;
+      // Read up to a cut line's end, the last is its start, with no newline.
+      if (earlier.length && bytes[bytes.length - 1] !== 10) earlier[earlier.length - 1].bytes -= 1;
+    } else {
+      earlier = [cutLine(bytes, first)];
+      start = first;
+    }
+    // Never a success that does not move: "Go to the error" reads until
+    // one fails.
+    if (start >= log.start || !earlier.length) return false;
+    log.lines = earlier.concat(log.lines);
+    log.start = start;
+    if (log.target >= 0) log.target += earlier.length;
+    settleLevels(0);
+    drawLog();
+    return true;
+  }
+
+  // The end of a line longer than LONGEST_LINE, read from byte ``first``:
+  // shown marked as cut; ``bytes`` counts what was read, so that dropping
+  // it moves the start exactly.
+  function cutLine(bytes, first) {
+    const end = bytes[bytes.length - 1] === 10 ? bytes.length - 1 : bytes.length;
+    return {text: `[cut: this line starts before byte ${first}] ` + decoder.decode(bytes.subarray(0, end)),
+            own: null, traceback: false, level: null, bytes: bytes.length, cut: true};
   }
 
   const logParts = {};
@@ -532,7 +591,7 @@
       C.el("option", {value: "ERROR"}, "ERROR and up"),
       C.el("option", {value: "CRITICAL"}, "CRITICAL only"));
     const search = C.el("input", {type: "search", id: "log-search", name: "search",
-                                  placeholder: "text in a line", oninput: () => drawLog()});
+                                  placeholder: "text in a line", oninput: searchTyped});
     const only = C.el("input", {type: "checkbox", id: "log-only", name: "only", onchange: () => drawLog()});
     const follow = C.el("input", {type: "checkbox", id: "log-follow", name: "follow", checked: true});
     logParts.level = levelSelect; logParts.search = search; logParts.only = only;
@@ -540,6 +599,7 @@
     logParts.earlier = C.el("button", {type: "button", id: "log-earlier",
                                        onclick: () => loadEarlier()}, "Load earlier");
     logParts.note = C.el("p", {class: "muted", id: "log-note"});
+    logParts.errorNote = C.el("p", {class: "muted", id: "log-error-note"});
     logParts.pre = C.el("pre", {class: "log", id: "log-lines", tabindex: "0",
                                 "aria-label": "the job's log"});
     logParts.download = C.el("a", {href: page.job.log_url, download: `${page.job.id}.log`},
@@ -551,8 +611,15 @@
            C.el("label", {class: "check"}, only, "only matching lines"),
            C.el("label", {}, "Level", levelSelect),
            C.el("label", {class: "check"}, follow, "follow the end")),
-      logParts.note, C.el("p", {}, logParts.earlier), logParts.pre,
+      logParts.note, logParts.errorNote, C.el("p", {}, logParts.earlier), logParts.pre,
       C.el("p", {}, logParts.download));
+  }
+
+  // A 100,000-line log is not redrawn at every key pressed.
+  let searchTimer = null;
+  function searchTyped() {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => { searchTimer = null; drawLog(); }, SEARCH_DELAY_MS);
   }
 
   function rank(level) { return LEVELS.indexOf(level || "INFO"); }
@@ -565,7 +632,7 @@
   }
 
   function lineNode(line, n) {
-    const node = C.el("span", {class: `line ${line.level}`, "data-n": String(n)});
+    const node = C.el("span", {class: `line ${line.level}${line.cut ? " cut" : ""}`, "data-n": String(n)});
     if (n === log.target) { node.classList.add("target"); node.tabIndex = -1; }
     const text = logParts.search.value;
     if (!text) {
@@ -641,7 +708,8 @@
   // of the log, not of its tail); in a longer one, earlier chunks are read
   // until one is found or that much was read.
   async function goToError() {
-    const note = document.getElementById("error-note");
+    // A job that ended well has no "why" section: its note goes below the log's tools.
+    const note = document.getElementById("error-note") || logParts.errorNote;
     note.textContent = "";
     if (log.size !== null && log.size <= ERROR_SEARCH_BYTES) {
       while (log.start > 0 && await loadEarlier()) { /* read it all */ }
@@ -678,14 +746,19 @@
 
   async function finalLogRead() {
     if (log.timer !== null) { clearInterval(log.timer); log.timer = null; }
-    // Its last lines, and the stats the service adds at its end.
+    // Its last lines, and the stats the service adds at its end. A read
+    // under way may have asked before they were written: wait for it, then
+    // read once more.
+    while (log.busy) await log.busy;
     await pollLog();
   }
 
   // -- the items --------------------------------------------------------------------
 
+  // ``values``: whether a shown item is not a JSON object (a string, a
+  // number, an array...), which the "(value)" column shows.
   const items = {rows: [], offset: 0, rest: new Uint8Array(0), shown: 0, size: null,
-                 missing: false, busy: false, columns: []};
+                 missing: false, busy: false, columns: [], values: false};
   const itemParts = {};
 
   function drawItemsFrame() {
@@ -747,15 +820,28 @@
     return typeof value === "object" ? JSON.stringify(value) : String(value);
   }
 
+  function isObject(item) {
+    return item !== null && typeof item === "object" && !Array.isArray(item);
+  }
+
+  function cell(label, value) {
+    const text = cellText(value);
+    return C.el("td", {"data-label": label, class: typeof value === "number" ? "num" : "cell",
+                       title: text.length > 80 ? text.slice(0, 2000) : null}, text);
+  }
+
   function drawItems() {
     const shown = items.rows.slice(0, items.shown);
     for (const item of shown) {
-      if (item && typeof item === "object" && !Array.isArray(item)) {
+      if (isObject(item)) {
         for (const key of Object.keys(item)) if (!items.columns.includes(key)) items.columns.push(key);
+      } else {
+        items.values = true;
       }
     }
     const columns = items.columns;
     const head = C.el("thead", {}, C.el("tr", {}, C.el("th", {class: "num"}, "#"),
+                                         items.values ? C.el("th", {}, "(value)") : null,
                                          columns.map((key) => C.el("th", {}, key))));
     const body = C.el("tbody", {});
     shown.forEach((item, n) => {
@@ -763,13 +849,10 @@
                                    "aria-label": `item ${n + 1} as JSON`}, `▸ ${n + 1}`);
       const row = C.el("tr", {class: "item", "data-n": String(n)},
         C.el("td", {class: "num"}, open),
-        columns.map((key) => {
-          const value = item && typeof item === "object" ? item[key] : undefined;
-          return C.el("td", {"data-label": key, class: typeof value === "number" ? "num" : "cell",
-                             title: cellText(value).length > 80 ? cellText(value).slice(0, 2000) : null},
-                      cellText(value));
-        }));
-      open.addEventListener("click", () => toggleItem(row, open, item, columns.length + 1));
+        items.values ? cell("(value)", isObject(item) ? undefined : item) : null,
+        columns.map((key) => cell(key, isObject(item) ? item[key] : undefined)));
+      open.addEventListener("click", () => toggleItem(row, open, item,
+                                                      columns.length + (items.values ? 2 : 1)));
       body.append(row);
     });
     itemParts.table.replaceChildren(head, body);
@@ -840,11 +923,40 @@
     }
   }
 
+  // While the page is not live (/events refused), job.json now and then:
+  // what the events would have said, the state above all (a job that ends
+  // is read again whole, its last lines too).
+  let jobPoll = null;
+  function notLive() {
+    if (jobPoll === null && page.job && page.job.state !== "finished") {
+      jobPoll = setInterval(pollJob, JOB_POLL_MS);
+    }
+  }
+
+  function liveAgain() {
+    if (jobPoll !== null) { clearInterval(jobPoll); jobPoll = null; }
+  }
+
+  async function pollJob() {
+    if (!page.job || page.job.state === "finished") { liveAgain(); return; }
+    try {
+      const answer = await C.get("job.json", {job: jobid, project});
+      const entry = Object.assign({}, answer.job);
+      delete entry.stats;     // the chart's points come from events alone
+      heard(entry);
+    } catch (error) {
+      failedReload(error);
+    }
+  }
+
   // A failure of a reload, shown at the top of the page.
   function failedReload(error) {
     console.error(error);
-    const note = C.el("p", {class: "error", role: "alert"}, error instanceof Error ? error.message : String(error));
-    sections.head.append(note);
+    // One note, replaced: a pruned job fails every reload (each reconnection).
+    const note = C.el("p", {class: "error reload-error", role: "alert"},
+                      error instanceof Error ? error.message : String(error));
+    const old = sections.head.querySelector(".reload-error");
+    if (old) old.replaceWith(note); else sections.head.append(note);
   }
 
   async function finished() {
@@ -882,7 +994,10 @@
     drawLogFrame();
     drawItemsFrame();
     refreshFacts();
-    C.follow({job: heard, resync: () => reloadJob().then(loadStats).then(pollLog).catch(failedReload)});
+    C.follow({job: heard, lost: notLive, resync: () => {
+      liveAgain();
+      reloadJob().then(loadStats).then(pollLog).catch(failedReload);
+    }});
     await Promise.all([loadStats(), loadLogTail().catch((e) => C.showError(logParts.note, e)),
                        moreItems()]);
     startFollowingLog();

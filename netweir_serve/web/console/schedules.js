@@ -208,7 +208,7 @@
                                el("th", {class: "num"}, "items"), el("th", {class: "num"}, "runtime"))),
         el("tbody", {}, answer.runs.map((run) => el("tr", {class: run.health === "degraded" ? "degraded" : null},
           el("td", {class: "id", "data-label": "job"}, el("a", {href: C.jobHref(entry.project, run.id)}, run.id)),
-          el("td", {"data-label": "ended"}, C.time(run.end_time ? run.end_time.replace(" ", "T") : null)),
+          el("td", {"data-label": "ended"}, C.time(run.at ? run.at.ended : null)),
           el("td", {"data-label": "outcome"}, run.outcome ? chip(run.outcome) : "–"),
           el("td", {"data-label": "health", title: (run.health_reasons || []).join("; ")},
              run.health ? chip(run.health) : "–"),
@@ -397,6 +397,18 @@
     for (const entry of answer.schedules) show(entry);
   }
 
+  // /schedules#schedule-NAME (the job and spider pages link so): the
+  // browser looked for that card before it was drawn, so this scrolls to it
+  // (the name in any case, as the service compares them).
+  function toTheLinkedCard() {
+    const named = /^#schedule-(.+)$/.exec(location.hash);
+    if (!named) return;
+    let name;
+    try { name = decodeURIComponent(named[1]); } catch (e) { return; }
+    const card = cards.get(fold(name));
+    if (card) card.element.scrollIntoView({block: "start"});
+  }
+
   async function start() {
     style();
     const main = C.main();
@@ -409,6 +421,7 @@
     try {
       await loadAll();
       empty();
+      toTheLinkedCard();
     } catch (error) {
       C.showError(list, error);
     }

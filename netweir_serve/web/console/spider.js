@@ -26,8 +26,10 @@
     `));
   }
 
-  // runs.json's times are listjobs.json's: the service's local time.
-  const epoch = (text) => (text ? Date.parse(text.replace(" ", "T")) / 1000 : NaN);
+  // A run's end as epoch seconds: runs.json's ``at`` (its start_time and
+  // end_time are the service's local time without a zone, which a browser
+  // in another zone would misplace by the difference).
+  const ended = (run) => (run.at && typeof run.at.ended === "number" ? run.at.ended : NaN);
 
   function chip(text) {
     return el("span", {class: `chip ${text}`}, text);
@@ -47,14 +49,20 @@
          " slower check applies before that.")];
   }
 
+  // The charts drawn last: each reload destroys them (and their resize
+  // observers) before drawing new ones.
+  let drawnCharts = [];
+
   // The runs oldest first, those that started (a chart needs a time).
   function charts(place, runs) {
-    const drawn = runs.filter((run) => isFinite(epoch(run.end_time))).reverse();
+    for (const chart of drawnCharts) chart.destroy();
+    drawnCharts = [];
+    const drawn = runs.filter((run) => isFinite(ended(run))).reverse();
     if (drawn.length < 1) {
       place.replaceChildren(el("p", {class: "muted"}, "No finished runs to draw yet."));
       return;
     }
-    const times = drawn.map((run) => epoch(run.end_time));
+    const times = drawn.map(ended);
     const degradedAt = (values) => drawn.map((run, n) => (run.health === "degraded" ? values[n] : null));
     const items = drawn.map((run) => run.items);
     const pages = drawn.map((run) => run.pages);
@@ -65,15 +73,15 @@
       el("figure", {}, el("figcaption", {}, "Items and pages per run (by end time)"), counts),
       el("figure", {}, el("figcaption", {}, "Runtime per run"), times2));
     const bad = "#c23c3c";
-    C.chart(counts, times, [
+    drawnCharts.push(C.chart(counts, times, [
       {label: "items", values: items},
       {label: "pages", values: pages},
       {label: "degraded", values: degradedAt(items), color: bad},
-    ], {points: true, height: 200});
-    C.chart(times2, times, [
+    ], {points: true, height: 200}));
+    drawnCharts.push(C.chart(times2, times, [
       {label: "runtime", values: runtime, unit: "s"},
       {label: "degraded", values: degradedAt(runtime), unit: "s", color: bad},
-    ], {points: true, height: 200});
+    ], {points: true, height: 200}));
   }
 
   function runsTable(runs) {
@@ -84,7 +92,7 @@
         ["items", "pages", "errors", "runtime"].map((h) => el("th", {class: "num"}, h)))),
       el("tbody", {}, runs.map((run) => el("tr", {class: run.health === "degraded" ? "degraded" : null},
         el("td", {class: "id", "data-label": "job"}, el("a", {href: C.jobHref(project, run.id)}, run.id)),
-        el("td", {"data-label": "ended"}, C.time(epoch(run.end_time))),
+        el("td", {"data-label": "ended"}, C.time(ended(run))),
         el("td", {"data-label": "outcome"}, run.outcome ? chip(run.outcome) : "–",
            run.reason ? el("span", {class: "muted"}, " ", run.reason) : ""),
         el("td", {"data-label": "health"}, run.health ? chip(run.health) : "–",
