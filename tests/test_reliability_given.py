@@ -24,10 +24,19 @@ class Other(netweir.Spider):
     name = "other"
     start_urls = ["http://127.0.0.1:9/"]
 
+import socket
+
+# A socket that listens and never answers: a request to it waits. (An
+# address nothing answers, as 10.255.255.1 was, is answered at once where
+# a network's gateway takes every connection.)
+_silent = socket.socket()
+_silent.bind(("127.0.0.1", 0))
+_silent.listen(8)
+
+
 class Stuck(netweir.Spider):
-    # A connection to an address nothing answers: it waits.
     name = "stuck"
-    start_urls = ["http://10.255.255.1/"]
+    start_urls = [f"http://127.0.0.1:{_silent.getsockname()[1]}/"]
 '''
 
 
