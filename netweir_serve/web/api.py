@@ -330,7 +330,14 @@ class ListJobs(ApiEndpoint):
         return kept.paged().addCallback(self._answer_page, asked).addErrback(refused)
 
     def _answer_page(self, paged, asked):
-        answer = paged.page(asked, node_name())
+        if asked.narrows:
+            # A filter may look at every job kept before it finds a page:
+            # off the reactor's thread, on a copy the catch-ups leave alone.
+            return self.api.build_aside(paged.frozen().page, asked, node_name()).addCallback(
+                self._with_records)
+        return self._with_records(paged.page(asked, node_name()))
+
+    def _with_records(self, answer):
         if not answer[FINISHED]:
             return answer
         # The finished jobs shown: their records, read for this page alone

@@ -120,6 +120,12 @@ class PageRequest:
         q = params.get("q")
         self.text = q.lower() if q else None
 
+    @property
+    def narrows(self):
+        """Whether it filters: a page may then look at every job kept to
+        find ``limit`` that match (100,000 rows: 8 to 15 ms)."""
+        return bool(self.filters) or self.text is not None
+
     def matches(self, record):
         if self.text is not None and self.text not in record.id.lower():
             return False
@@ -246,6 +252,18 @@ class PagedJobs:
             row = FinishedRow(row, self._same)
             rows.insert(bisect_left(rows, _finished_key(row), key=_finished_key), row)
             self._by_id[_id_key(row.id)] = row
+
+    def frozen(self):
+        """A copy a thread may page through while this one is caught up
+        on the reactor's: its own list of the finished rows (a copy of
+        100,000 references, a fraction of a millisecond); the rows, and
+        the unfinished lists (replaced at each catch-up, never changed),
+        are shared."""
+        copy = object.__new__(PagedJobs)
+        copy.__dict__.update(self.__dict__)
+        copy._rows = list(self._rows)
+        copy.sections = dict(self.sections)
+        return copy
 
     def page(self, request, node):
         """The answer to ``request`` (a PageRequest), a dict whose
