@@ -215,8 +215,9 @@ class SchedulesPageTests(BrowserMixin, CrawlTestCase):
         weekdays.locator(".note").wait_for()
 
         # An admin's page has the buttons; its pictures for the docs (the
-        # viewer's page closed: its /events stream counts against the caps).
-        page.close()
+        # viewer's page closed: its /events stream counts against the caps;
+        # its context too, whose kept-alive connections count as well).
+        page.context.close()
         admin = self.open(url_of(daemon) + "/schedules",
                           http_credentials={"username": "root", "password": root})
         ready(admin)
